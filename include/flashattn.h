@@ -1,0 +1,421 @@
+/*
+ * libflashattn: FlashAttention forward for NVIDIA GPUs, as a plain C library.
+ *
+ * This header is the manual. It compiles as C99 and as C++, and needs no CUDA header.
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h> /* size_t */
+#include <stdint.h> /* int32_t, int64_t */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ====================================================================================================
+ * Introduction
+ * ====================================================================================================
+ *
+ * libflashattn computes the attention forward pass
+ *
+ *     O[b, i, h, :] = sum_j softmax_j(scale * <Q[b, i, h, :], K[b, j, g(h), :]>) * V[b, j, g(h), :]
+ *
+ * for query rows i < seqlen_q and key rows j < seqlen_k, with g(h) = h / (heads_q / heads_kv) (GQA/MQA
+ * share one K/V head between heads_q / heads_kv query heads; no copies are made), without ever writing
+ * the seqlen_q x seqlen_k score matrix to memory (FlashAttention-2).
+ *
+ * Tensors are four-dimensional (batch, seq, heads, head_dim). The last dimension is contiguous; the other
+ * three have any strides, given in elements (not bytes), so strided views of a packed QKV tensor need no
+ * copy. The optional LSE output holds, per (batch, query head, query row), the natural-log
+ * log-sum-exp of the scaled scores, as float32, laid out contiguously as [batch, heads_q, seqlen_q].
+ *
+ * Where the work runs is chosen by a context (fa_context_t): one CUDA device, or the CPU. A CPU context
+ * runs the same fa_forward() on host buffers (fp16, bf16 and fp32), with fp32 accumulation: it is the
+ * reference the GPU kernels are tested against, and it lets programs run where there is no GPU.
+ *
+ * Two ways to run:
+ *   - fa_forward(): one call per attention. The context remembers which kernel it chose for each problem
+ *     shape, so repeated calls cost one lookup.
+ *   - plans: fa_plan_create() validates a problem once and binds it to one kernel; fa_plan_run() then
+ *     launches it with nothing but the tensor pointers. Running a plan on a GPU allocates nothing and
+ *     never synchronises the host, so it can be captured in a CUDA graph.
+ *
+ * The GPU kernels come from a registry: every kernel compiled into the library is described by a
+ * fa_kernel_config (the tuning knobs of the FA2 kernel template). The registry can be listed, kernels
+ * named and parsed, configs validated, and one kernel pinned for a plan.
+ *
+ * Errors: every function that can fail returns a fa_status. On failure, the calling thread's detail
+ * message (fa_last_error_detail()) names the offending value, and no output has been written.
+ * The library never exits, aborts, prints, or lets a C++ exception escape.
+ *
+ * Versioning: the soname is libflashattn.so.<MAJOR>. Within one MAJOR version, functions, fa_status
+ * values and the leading fields of public structs are never changed or removed; structs only grow at
+ * their end, and each carries its own size so an older caller keeps working.
+ */
+
+/* ---- Visibility ----------------------------------------------------------------------------------- */
+#if defined(_WIN32)
+#  if defined(FLASHATTN_BUILDING)
+#    define FA_API __declspec(dllexport)
+#  else
+#    define FA_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && (__GNUC__ >= 4)
+#  define FA_API __attribute__((visibility("default")))
+#else
+#  define FA_API
+#endif
+
+/* ====================================================================================================
+ * Version
+ * ==================================================================================================== */
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+/*! FA_VERSION_NUMBER: MAJOR * 10000 + MINOR * 100 + PATCH, so 0.1.0 is 100. */
+#define FA_VERSION_NUMBER (FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 + FA_VERSION_PATCH)
+#define FA_VERSION_STRING "0.1.0"
+
+/*! fa_version_number() :
+ *  @return the FA_VERSION_NUMBER the loaded library was built with. Compare it with the header's
+ *          FA_VERSION_NUMBER to detect a header/library mismatch.
+ *  Thread-safe. Since 0.1.0. */
+FA_API unsigned fa_version_number(void);
+
+/*! fa_version_string() :
+ *  @return the library's version as a static string such as "0.1.0"; never NULL, never freed.
+ *  Thread-safe. Since 0.1.0. */
+FA_API const char* fa_version_string(void);
+
+/* ====================================================================================================
+ * Status codes
+ * ====================================================================================================
+ * Values are pinned: a value is never renumbered or reused. New codes are appended. */
+typedef enum fa_status {
+  FA_STATUS_SUCCESS = 0,
+  /*! A pointer is NULL, a size is zero or negative, a stride is negative, heads_q is not a multiple of
+   *  heads_kv, an enum value is unknown, or a buffer is too small. */
+  FA_STATUS_INVALID_ARGUMENT = 1,
+  /*! A struct's struct_size field is smaller than the smallest size this library accepts (it was not
+   *  filled by its *_init() function). */
+  FA_STATUS_BAD_STRUCT_SIZE = 2,
+  /*! The problem is valid, but no kernel in this library can run it (a head_dim, dtype, or shape the
+   *  kernels do not cover yet, or that the build left out). Nothing was computed. */
+  FA_STATUS_UNSUPPORTED = 3,
+  /*! A fa_kernel_config breaks one of the kernel template's rules. */
+  FA_STATUS_INVALID_KERNEL_CONFIG = 4,
+  /*! A valid fa_kernel_config was not compiled into this library, or cannot run the given problem. */
+  FA_STATUS_KERNEL_NOT_AVAILABLE = 5,
+  /*! A kernel name could not be parsed. */
+  FA_STATUS_PARSE_ERROR = 6,
+  /*! No CUDA device with that ordinal, or no usable CUDA driver. */
+  FA_STATUS_NO_DEVICE = 7,
+  /*! The device's compute capability is older than sm_80, or none of the library's compiled
+   *  architectures runs on it. */
+  FA_STATUS_ARCH_MISMATCH = 8,
+  /*! A CUDA runtime call failed (the detail message gives CUDA's error name). */
+  FA_STATUS_CUDA_ERROR = 9,
+  /*! A host allocation failed. */
+  FA_STATUS_OUT_OF_MEMORY = 10,
+  /*! The workspace given to fa_plan_run() is smaller than fa_plan_workspace_size(). */
+  FA_STATUS_WORKSPACE_TOO_SMALL = 11,
+  /*! A handle was used with the wrong kind of context (for example a CPU plan given a CUDA stream). */
+  FA_STATUS_WRONG_CONTEXT = 12,
+  /*! An internal invariant failed; please report it. */
+  FA_STATUS_INTERNAL_ERROR = 13
+} fa_status;
+
+/*! fa_status_string() :
+ *  @return a static, human-readable name for `status` ("FA_STATUS_INVALID_ARGUMENT: ..."), or
+ *          "FA_STATUS_UNKNOWN" for a value this version does not know. Never NULL.
+ *  Thread-safe. Since 0.1.0. */
+FA_API const char* fa_status_string(fa_status status);
+
+/*! fa_last_error_detail() :
+ *  @return the detail message of the last failing call made by this thread (for example
+ *          "fa_config.heads_q = 12 is not a multiple of heads_kv = 5"), or "" when the last call
+ *          succeeded. The string lives in thread-local storage: it stays valid until this thread's next
+ *          call into the library. Never NULL.
+ *  Thread-safe (each thread has its own message). Since 0.1.0. */
+FA_API const char* fa_last_error_detail(void);
+
+/* ====================================================================================================
+ * Problem description
+ * ==================================================================================================== */
+
+/*! Element types. The values are pinned. */
+typedef enum fa_dtype {
+  FA_DTYPE_FP16 = 1, /*!< IEEE binary16. GPU and CPU. */
+  FA_DTYPE_BF16 = 2, /*!< bfloat16. GPU and CPU. */
+  FA_DTYPE_FP32 = 3  /*!< IEEE binary32. CPU contexts only. */
+} fa_dtype;
+
+/*! fa_config : one attention problem.
+ *
+ *  Fill it with fa_config_init() first, then set the fields. Fields are only ever appended; the library
+ *  reads struct_size to know which fields the caller's version has.
+ *
+ *  Shapes: q is [batch, seqlen_q, heads_q, head_dim]; k and v are [batch, seqlen_k, heads_kv, head_dim];
+ *  o is [batch, seqlen_q, heads_q, head_dim]; the optional lse is float32 [batch, heads_q, seqlen_q],
+ *  contiguous.
+ *
+ *  Strides are in elements. When the three strides of one tensor are all 0 (fa_config_init()'s default),
+ *  that tensor is taken as packed: batch stride seqlen*heads*head_dim, seq stride heads*head_dim, head
+ *  stride head_dim. Otherwise each stride must be >= 0, and o's strides must not make two elements of o
+ *  share memory. Inputs may overlap (a stride of 0 broadcasts). */
+typedef struct fa_config {
+  size_t struct_size;   /*!< sizeof(fa_config) of the caller's header; set by fa_config_init(). */
+  int32_t dtype;        /*!< fa_dtype of q, k, v and o. Default FA_DTYPE_BF16. */
+  int32_t causal;       /*!< 0 or 1. 1 masks key j for query i when j > i + seqlen_k - seqlen_q
+                             (bottom-right aligned, as FlashAttention 2.1+). A query row with no visible
+                             key gets output 0 and LSE -inf. Default 0. */
+  int64_t batch;        /*!< >= 1. */
+  int64_t seqlen_q;     /*!< >= 1. */
+  int64_t seqlen_k;     /*!< >= 1. */
+  int64_t heads_q;      /*!< >= 1, a multiple of heads_kv. */
+  int64_t heads_kv;     /*!< >= 1. */
+  int64_t head_dim;     /*!< >= 1. GPU kernels cover the head dims listed by the registry. */
+  float softmax_scale;  /*!< Multiplies the scores before the softmax. 0 (the default) means
+                             1/sqrt(head_dim). Must be finite. */
+  int32_t reserved0;    /*!< Must be 0 (keeps the int64 strides 8-byte aligned on every ABI). */
+  int64_t q_batch_stride, q_seq_stride, q_head_stride; /*!< Strides of q, in elements. */
+  int64_t k_batch_stride, k_seq_stride, k_head_stride; /*!< Strides of k, in elements. */
+  int64_t v_batch_stride, v_seq_stride, v_head_stride; /*!< Strides of v, in elements. */
+  int64_t o_batch_stride, o_seq_stride, o_head_stride; /*!< Strides of o, in elements. */
+} fa_config;
+
+/*! fa_config_init() :
+ *  Sets config->struct_size = sizeof(fa_config), dtype = FA_DTYPE_BF16, every size to 1, and everything
+ *  else to 0 (non-causal, default scale, packed strides).
+ *  @return FA_STATUS_INVALID_ARGUMENT if config is NULL, else FA_STATUS_SUCCESS.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_config_init(fa_config* config);
+
+/* ====================================================================================================
+ * Contexts
+ * ====================================================================================================
+ * A context is where attention runs: one CUDA device, or the CPU. It owns its view of the kernel registry
+ * (the kernels that run on its device), a cache of the kernel chosen per problem shape, and tuning
+ * results. A context may be used from several threads at once: every function taking a context is
+ * thread-safe with respect to that context, except fa_context_destroy(). */
+typedef struct fa_context_s fa_context_t;
+typedef struct fa_plan_s fa_plan_t;
+
+/*! fa_stream_t : a CUDA stream. Pass a cudaStream_t cast to fa_stream_t; NULL is the legacy default
+ *  stream. CPU contexts require NULL. */
+typedef struct fa_stream_s* fa_stream_t;
+
+/*! FA_DEVICE_CPU : the device ordinal that selects the CPU backend. */
+#define FA_DEVICE_CPU (-1)
+
+/*! fa_context_create() :
+ *  Creates a context on CUDA device `device` (an ordinal as in cudaSetDevice) or, with FA_DEVICE_CPU, on
+ *  the CPU. For a GPU it reads the device's properties and prepares every registered kernel that runs on
+ *  it (raising the shared-memory limit of kernels that need more than 48 KiB, once per device per
+ *  process). It does not change the calling thread's current device.
+ *  @param out  receives the new context; the caller owns it and frees it with fa_context_destroy().
+ *              Untouched on failure.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT if out is NULL or device < -1;
+ *          FA_STATUS_NO_DEVICE if there is no such CUDA device or no driver; FA_STATUS_ARCH_MISMATCH if
+ *          the device is older than sm_80 or none of the compiled kernels runs on it;
+ *          FA_STATUS_CUDA_ERROR; FA_STATUS_OUT_OF_MEMORY.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_context_create(int device, fa_context_t** out);
+
+/*! fa_context_destroy() :
+ *  Frees a context. Accepts NULL. Plans made from it must be destroyed first; no call on the context may
+ *  be in flight in another thread.
+ *  Since 0.1.0. */
+FA_API void fa_context_destroy(fa_context_t* ctx);
+
+/*! fa_context_device() :
+ *  @param device  receives the context's device ordinal, or FA_DEVICE_CPU.
+ *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT if an argument is NULL.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
+
+/* ====================================================================================================
+ * One-shot forward
+ * ==================================================================================================== */
+
+/*! fa_forward() :
+ *  Computes attention for `config` (see fa_config for shapes and strides).
+ *  @param ctx     the context; its device decides where q, k, v, o and lse must live.
+ *  @param config  the problem; read during the call only.
+ *  @param q,k,v   inputs: device pointers on a GPU context, host pointers on a CPU context. On a GPU
+ *                 each base pointer must be 16-byte aligned and every stride but the last a multiple of
+ *                 8 elements (16 bytes), else FA_STATUS_UNSUPPORTED.
+ *  @param o       output, same rules; written only on success.
+ *  @param lse     optional float32 output [batch, heads_q, seqlen_q], contiguous; NULL to skip.
+ *  @param stream  on a GPU context, the stream the kernel is launched on; the call returns without
+ *                 waiting for the kernel (errors found while it runs surface in later CUDA calls). Must
+ *                 be NULL on a CPU context, where the call computes synchronously on the calling thread
+ *                 and up to hardware_concurrency() worker threads.
+ *  The first call for a problem shape picks a kernel and caches the choice in the context (host work
+ *  only); later calls reuse it. It allocates no device memory and does not synchronise the host.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT, FA_STATUS_BAD_STRUCT_SIZE (bad input, message
+ *          names the value); FA_STATUS_UNSUPPORTED (no kernel can run this problem);
+ *          FA_STATUS_WRONG_CONTEXT (a stream given to a CPU context); FA_STATUS_CUDA_ERROR (the launch
+ *          failed); FA_STATUS_OUT_OF_MEMORY (host).
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const void* q, const void* k,
+                            const void* v, void* o, float* lse, fa_stream_t stream);
+
+/* ====================================================================================================
+ * Kernel registry
+ * ====================================================================================================
+ * Each GPU kernel compiled into the library is an instance of one FA2 kernel template, tuned by the
+ * fields of fa_kernel_config. The registry is ordered by the fields in declaration order (dtype first,
+ * false before true). */
+
+/*! fa_kernel_config : the tuning knobs of one GPU kernel.
+ *  Boolean fields are 0 or 1. Fill with fa_kernel_config_init() first. */
+typedef struct fa_kernel_config {
+  size_t struct_size;                /*!< sizeof(fa_kernel_config); set by fa_kernel_config_init(). */
+  int32_t dtype;                     /*!< FA_DTYPE_FP16 or FA_DTYPE_BF16. */
+  int32_t d_head;                    /*!< Head dimension. */
+  int32_t B_r;                       /*!< Query rows per thread block. */
+  int32_t B_c;                       /*!< Key/value rows per inner-loop block. */
+  int32_t n_warps;                   /*!< Warps per thread block. */
+  int32_t async_copy;                /*!< Global->shared copies with cp.async (else through registers). */
+  int32_t eager_load_blocks;         /*!< Prefetch the next K/V block while computing the current one. */
+  int32_t swizzled;                  /*!< XOR-swizzle shared memory (else plain row-major). */
+  int32_t Q_mma_load_K_tiles;        /*!< Q shared->register load granularity along d_head, in 8-column
+                                          fragments; 0 loads the whole Q block once, before the loop. */
+  int32_t K_mma_load_K_tiles;        /*!< The same for K along d_head; 0 = the whole block per iteration. */
+  int32_t V_mma_load_K_tiles;        /*!< The same for V along B_c; 0 = the whole block per iteration. */
+  int32_t mma_double_buffer_loads;   /*!< Load the next tile into registers before the current MMAs. */
+  int32_t optimized_softmax;         /*!< Specialise the first key block (no rescaling of l and O). */
+} fa_kernel_config;
+
+/*! fa_kernel_config_init() :
+ *  Sets struct_size = sizeof(fa_kernel_config) and every other field to 0.
+ *  @return FA_STATUS_INVALID_ARGUMENT if config is NULL, else FA_STATUS_SUCCESS.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_config_init(fa_kernel_config* config);
+
+/*! fa_kernel_count() :
+ *  @return the number of GPU kernels compiled into this library (0 in a build without kernels).
+ *  Thread-safe. Since 0.1.0. */
+FA_API size_t fa_kernel_count(void);
+
+/*! fa_kernel_get() :
+ *  @param index  0 <= index < fa_kernel_count(); kernels are in registry order.
+ *  @param out    caller-initialised (fa_kernel_config_init()); receives the kernel's config.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL, or index out of range);
+ *          FA_STATUS_BAD_STRUCT_SIZE.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_get(size_t index, fa_kernel_config* out);
+
+/*! fa_kernel_config_name() :
+ *  Writes the config's short name, e.g.
+ *  "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer": dtype, d_head, B_r, B_c,
+ *  n_warps, then the enabled features in a fixed order (async, eager, swizzled, load_<Q>_<K>_<V>_tiles
+ *  always, buffer, opt_softmax) joined by '+'.
+ *  @param buf       receives the NUL-terminated name; may be NULL when buf_size is 0.
+ *  @param buf_size  size of buf in bytes.
+ *  @param needed    optional; receives the buffer size the name needs, NUL included (always < 128).
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (config NULL, unknown dtype, or buf too small:
+ *          then buf is untouched and *needed is still set); FA_STATUS_BAD_STRUCT_SIZE.
+ *  The config need not be valid. Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_config_name(const fa_kernel_config* config, char* buf, size_t buf_size,
+                                       size_t* needed);
+
+/*! fa_kernel_config_parse() :
+ *  Parses a short name as written by fa_kernel_config_name(). The dtype is FP16 or BF16 in any case (or
+ *  the seed's numeric codes 5 and 15); whitespace around fields is ignored; text before a '|' is skipped
+ *  when the name is a cell of a Markdown table row.
+ *  @param out  caller-initialised; written only on success. The parsed config is not validated.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE;
+ *          FA_STATUS_PARSE_ERROR (the message names the part that failed).
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_config_parse(const char* name, fa_kernel_config* out);
+
+/*! fa_kernel_config_validate() :
+ *  Checks a config against every rule of the kernel template (the same rules the templates check with
+ *  static_assert when a kernel is compiled).
+ *  @return FA_STATUS_SUCCESS if valid; FA_STATUS_INVALID_KERNEL_CONFIG with the first broken rule as
+ *          detail message; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_config_validate(const fa_kernel_config* config);
+
+/*! fa_kernel_config_autotune_filter() :
+ *  The seed's autotuning filter: whether a config is worth timing.
+ *  @param keep  receives 1 if the filter keeps the config, else 0; when 0 the detail message holds the
+ *               rule that dropped it (the call still returns FA_STATUS_SUCCESS).
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_config_autotune_filter(const fa_kernel_config* config, int* keep);
+
+/*! fa_kernel_is_registered() :
+ *  @param registered  receives 1 if a kernel with exactly this config is compiled into the library.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_kernel_is_registered(const fa_kernel_config* config, int* registered);
+
+/* ====================================================================================================
+ * Plans
+ * ====================================================================================================
+ * A plan is a validated problem bound to one kernel of its context. Make one per shape you launch many
+ * times; running it does only the launch. */
+
+/*! fa_plan_create() :
+ *  Validates `config` and binds it to the kernel the context picks for it (on a CPU context, the CPU
+ *  backend).
+ *  @param out  receives the plan; the caller frees it with fa_plan_destroy(), before destroying ctx.
+ *              Untouched on failure.
+ *  @return as fa_forward() for the config; FA_STATUS_INVALID_ARGUMENT if ctx, config or out is NULL.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_plan_create(fa_context_t* ctx, const fa_config* config, fa_plan_t** out);
+
+/*! fa_plan_create_with_kernel() :
+ *  As fa_plan_create(), but pins the GPU kernel `kernel` instead of letting the context choose.
+ *  @return as fa_plan_create(); FA_STATUS_INVALID_KERNEL_CONFIG if `kernel` breaks a rule;
+ *          FA_STATUS_KERNEL_NOT_AVAILABLE if it is not compiled in, or cannot run this problem (wrong
+ *          dtype or head_dim, a length that is not a multiple of its block sizes, ...: the message says
+ *          which); FA_STATUS_WRONG_CONTEXT on a CPU context.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_plan_create_with_kernel(fa_context_t* ctx, const fa_config* config,
+                                            const fa_kernel_config* kernel, fa_plan_t** out);
+
+/*! fa_plan_kernel() :
+ *  @param out  caller-initialised; receives the plan's GPU kernel config.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE;
+ *          FA_STATUS_WRONG_CONTEXT for a CPU plan (it has no GPU kernel).
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
+
+/*! fa_plan_workspace_size() :
+ *  @param size  receives the bytes of device scratch memory fa_plan_run() needs (0 for every kernel of
+ *               this version).
+ *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);
+
+/*! fa_plan_run() :
+ *  Runs the plan on tensors laid out as its config said.
+ *  @param q,k,v,o,lse  as fa_forward().
+ *  @param workspace       device memory of at least fa_plan_workspace_size() bytes, or NULL when that
+ *                         is 0. Not used after the kernel finishes.
+ *  @param workspace_size  its size in bytes.
+ *  @param stream          as fa_forward().
+ *  On a GPU the call only launches: no allocation, no host synchronisation, safe in stream capture.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL tensor); FA_STATUS_UNSUPPORTED (a
+ *          misaligned pointer); FA_STATUS_WORKSPACE_TOO_SMALL; FA_STATUS_WRONG_CONTEXT;
+ *          FA_STATUS_CUDA_ERROR.
+ *  Thread-safe: one plan may be run from several threads at once. Since 0.1.0. */
+FA_API fa_status fa_plan_run(const fa_plan_t* plan, const void* q, const void* k, const void* v, void* o,
+                             float* lse, void* workspace, size_t workspace_size, fa_stream_t stream);
+
+/*! fa_plan_destroy() :
+ *  Frees a plan. Accepts NULL. No fa_plan_run() on it may be in flight on the host (kernels already
+ *  launched on a stream do not reference the plan).
+ *  Since 0.1.0. */
+FA_API void fa_plan_destroy(fa_plan_t* plan);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASHATTN_H */

@@ -1,0 +1,20 @@
+// Translation of the public structs into internal ones, with every check the C API documents.
+#pragma once
+
+#include "core/kernel_config.hpp"
+#include "core/problem.hpp"
+#include "flashattn.h"
+
+namespace fa {
+
+// Checks `config` and fills `out` (packed strides resolved, scale defaulted). On failure returns the
+// status, sets the detail message naming the offending field and value, and leaves `out` untouched.
+fa_status to_problem(fa_config const* config, Problem* out);
+
+// Reads a caller's fa_kernel_config (struct_size checked; the config itself is not validated).
+fa_status to_kernel_config(fa_kernel_config const* in, KernelConfig* out);
+
+// Writes `in` into a caller-initialised fa_kernel_config.
+fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out);
+
+}  // namespace fa

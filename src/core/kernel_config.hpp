@@ -1,0 +1,118 @@
+// The FA2 kernel's tuning knobs (the seed's kernel-config struct), its validity rules, the seed's
+// autotune filter, and its short-form name.
+//
+// KernelConfig is both the registry's std::map key and the kernel template's non-type template
+// parameter, so the rules below are constexpr: the templates static_assert them, and the C API reports
+// the same rules with their reasons at run time.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/problem.hpp"
+
+namespace fa {
+
+struct KernelConfig {
+  DType dtype;
+  int32_t d_head;
+  int32_t B_r;
+  int32_t B_c;
+  int32_t n_warps;
+  bool async_copy;
+  bool eager_load_blocks;
+  bool swizzled;
+  int32_t Q_mma_load_K_tiles;
+  int32_t K_mma_load_K_tiles;
+  int32_t V_mma_load_K_tiles;
+  bool mma_double_buffer_loads;
+  bool optimized_softmax;
+
+  // Lexicographic over the fields in declaration order, false < true: the seed's operator<.
+  constexpr auto operator<=>(KernelConfig const&) const = default;
+
+  constexpr int threads() const { return n_warps * 32; }
+  // Q, K and V tiles, single-buffered; O is staged in Q's region.
+  constexpr int smem_bytes() const { return (B_r + 2 * B_c) * d_head * dtype_size(dtype); }
+};
+
+// Hopper's opt-in limit per block (227 KiB); sm_80 allows 163 KiB, checked per device at run time.
+inline constexpr int kMaxSmemBytesAnyArch = 227 * 1024;
+
+namespace rules {
+
+constexpr bool is_pow2_or_zero(int n) { return n >= 0 && (n & (n - 1)) == 0; }
+
+// A load granularity n (in 8-column fragments) along a reduction dimension of `extent` columns:
+// 0 (whole block) or a power of two other than 1 (ldmatrix.x4 moves 16 columns = 2 fragments at a
+// time), at most extent/8, or extent/16 when double-buffered (two loads must fit), and dividing it.
+constexpr bool load_tiles_pow2(int n) { return is_pow2_or_zero(n) && n != 1; }
+constexpr bool load_tiles_fit(int n, int extent, bool double_buffer) {
+  return n <= (double_buffer ? extent / 2 : extent) / 8;
+}
+constexpr bool load_tiles_divide(int n, int extent) { return n == 0 || (extent / 8) % n == 0; }
+
+constexpr bool dtype_ok(KernelConfig const& c) {
+  return c.dtype == DType::kFP16 || c.dtype == DType::kBF16;
+}
+// Shared memory is laid out in 64-column (128-byte) swizzle tiles along d_head.
+constexpr bool d_head_ok(KernelConfig const& c) {
+  return c.d_head > 0 && c.d_head <= 256 && c.d_head % 64 == 0;
+}
+constexpr bool n_warps_ok(KernelConfig const& c) { return c.n_warps == 4 || c.n_warps == 8; }
+// Each warp owns whole m16 MMA row tiles of the Q block.
+constexpr bool B_r_ok(KernelConfig const& c) {
+  return c.n_warps > 0 && c.B_r > 0 && c.B_r % (16 * c.n_warps) == 0;
+}
+// S = Q K^T is computed in n8 tiles loaded two at a time (16 keys per ldmatrix.x4).
+constexpr bool B_c_ok(KernelConfig const& c) { return c.B_c > 0 && c.B_c % 16 == 0; }
+// One global->shared pass moves threads/8 rows (8 threads x 16 B per 64-column row).
+constexpr bool copy_rows_ok(KernelConfig const& c) {
+  int rows = c.threads() / 8;
+  return rows > 0 && c.B_r % rows == 0 && c.B_c % rows == 0;
+}
+constexpr bool Q_tiles_ok(KernelConfig const& c) {
+  return load_tiles_pow2(c.Q_mma_load_K_tiles) &&
+         load_tiles_fit(c.Q_mma_load_K_tiles, c.d_head, c.mma_double_buffer_loads) &&
+         load_tiles_divide(c.Q_mma_load_K_tiles, c.d_head);
+}
+constexpr bool K_tiles_ok(KernelConfig const& c) {
+  return load_tiles_pow2(c.K_mma_load_K_tiles) &&
+         load_tiles_fit(c.K_mma_load_K_tiles, c.d_head, c.mma_double_buffer_loads) &&
+         load_tiles_divide(c.K_mma_load_K_tiles, c.d_head);
+}
+constexpr bool V_tiles_ok(KernelConfig const& c) {
+  return load_tiles_pow2(c.V_mma_load_K_tiles) &&
+         load_tiles_fit(c.V_mma_load_K_tiles, c.B_c, c.mma_double_buffer_loads) &&
+         load_tiles_divide(c.V_mma_load_K_tiles, c.B_c);
+}
+// Q and K share the QK^T k-loop, so a streamed Q must step with K.
+constexpr bool QK_tiles_match(KernelConfig const& c) {
+  return c.Q_mma_load_K_tiles == c.K_mma_load_K_tiles || c.Q_mma_load_K_tiles == 0;
+}
+constexpr bool smem_ok(KernelConfig const& c) { return c.smem_bytes() <= kMaxSmemBytesAnyArch; }
+
+constexpr bool all(KernelConfig const& c) {
+  return dtype_ok(c) && d_head_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) &&
+         copy_rows_ok(c) && Q_tiles_ok(c) && K_tiles_ok(c) && V_tiles_ok(c) && QK_tiles_match(c) &&
+         smem_ok(c);
+}
+
+}  // namespace rules
+
+// The first broken rule, worded for a user; empty when the config is valid.
+std::string validate(KernelConfig const& c);
+
+// The seed's should_autotune_config: empty when the filter keeps the config, else the rule that
+// dropped it.
+std::string autotune_filter(KernelConfig const& c);
+
+// "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer"
+std::string short_name(KernelConfig const& c);
+
+// Parses short_name()'s format. On failure returns false and sets *error to what failed.
+bool parse_short_name(std::string_view text, KernelConfig* out, std::string* error);
+
+}  // namespace fa

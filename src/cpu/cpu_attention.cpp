@@ -1,0 +1,391 @@
+// FlashAttention-2 forward on the CPU: each work unit is one (batch, query head, query tile); it walks
+// the visible key tiles with an online softmax, so no seqlen_q x seqlen_k matrix is ever stored.
+#include "cpu/cpu_attention.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <new>
+#include <thread>
+#include <vector>
+
+namespace fa::cpu {
+namespace {
+
+// Query rows per work unit. Each converted K/V tile serves 64 rows, so conversion is ~1/64 of the
+// dot-product work, and 2048 rows x 8 heads still give 256 units to balance over the threads.
+constexpr int64_t kBlockQ = 64;
+// Keys per tile: the 64 x 64 fp32 score tile (16 KiB) and, at d = 128, the K and V tiles (32 KiB
+// each) stay in L2 next to the Q tile and the accumulator.
+constexpr int64_t kBlockK = 64;
+// Width of the innermost loops. A trip count of 16 known at compile time (four SSE or two AVX
+// vectors) lets GCC's -O2 "very cheap" vectoriser run without epilogue or alias checks.
+constexpr int64_t kLanes = 16;
+// Query rows computed together, so each K^T or V row loaded from L1 feeds two rows: 2 x 16 fp32
+// accumulators fill 8 of the 16 SSE registers, leaving room for the loaded row and broadcasts.
+constexpr int64_t kRows = 2;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- Element conversions (round to nearest even; inf, NaN and subnormals kept) ------------------
+
+float fp16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  uint32_t mantissa = h & 0x3FFu;
+  uint32_t bits = sign;
+  if (exponent == 0x1Fu) {
+    bits |= 0x7F800000u | (mantissa << 13);  // inf, or NaN with its payload
+  } else if (exponent != 0) {
+    bits |= ((exponent + 112u) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  } else if (mantissa != 0) {
+    // Subnormal mantissa * 2^-24: shift the leading 1 up to bit 10 (the implicit bit), starting
+    // from 2^-14's binary32 exponent 113 and lowering it once per shift.
+    uint32_t e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits |= (e << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t float_to_fp16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) {
+    return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));  // quiet NaN
+  }
+  // 0x477FF000 is 65520, halfway between the largest half 65504 (odd mantissa) and 2^16: a tie
+  // rounds to even, which is infinity.
+  if (ax >= 0x477FF000u) {
+    return static_cast<uint16_t>(sign | 0x7C00u);
+  }
+  if (ax >= 0x38800000u) {  // >= 2^-14: a normal half
+    const uint32_t r = ax - (112u << 23);  // rebias 127 -> 15
+    return static_cast<uint16_t>(sign | ((r + 0xFFFu + ((r >> 13) & 1u)) >> 13));
+  }
+  if (ax < 0x33000000u) {  // < 2^-25, under half the smallest subnormal 2^-24
+    return sign;
+  }
+  // Subnormal result: round |f| * 2^24 = mantissa * 2^(e - 126) to an integer; e is in [102, 112].
+  const uint32_t mantissa = (ax & 0x7FFFFFu) | 0x800000u;
+  const uint32_t shift = 126u - (ax >> 23);
+  uint32_t r = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  if (rest > half || (rest == half && (r & 1u) != 0)) {
+    ++r;  // may carry into 0x400, the smallest normal: still the right encoding
+  }
+  return static_cast<uint16_t>(sign | r);
+}
+
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t float_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) {
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN (truncation could make it inf)
+  }
+  // Cannot overflow 32 bits: the largest magnitude 0xFF7FFFFF + 0x8000 < 2^32. Carries into the
+  // exponent are the correct rounding, up to infinity.
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+struct Fp16 {
+  using Storage = uint16_t;
+  static float load(Storage x) { return fp16_to_float(x); }
+  static Storage store(float x) { return float_to_fp16(x); }
+};
+
+struct Bf16 {
+  using Storage = uint16_t;
+  static float load(Storage x) { return bf16_to_float(x); }
+  static Storage store(float x) { return float_to_bf16(x); }
+};
+
+struct Fp32 {
+  using Storage = float;
+  static float load(Storage x) { return x; }
+  static Storage store(float x) { return x; }
+};
+
+// ---- Per-thread tiles ----------------------------------------------------------------------------
+
+// head_dim rounded up to kLanes; the padding columns of V and the accumulator stay 0.
+int64_t padded_dim(int64_t d) { return (d + kLanes - 1) / kLanes * kLanes; }
+
+struct Workspace {
+  explicit Workspace(int64_t padded)
+      : dp(padded),
+        q(static_cast<size_t>(kBlockQ * padded)),
+        kt(static_cast<size_t>(padded * kBlockK)),
+        v(static_cast<size_t>(kBlockK * padded)),
+        acc(static_cast<size_t>(kBlockQ * padded)),
+        s(static_cast<size_t>(kBlockQ * kBlockK)),
+        m(static_cast<size_t>(kBlockQ)),
+        l(static_cast<size_t>(kBlockQ)) {}
+
+  int64_t dp;
+  std::vector<float> q;    // [kBlockQ][dp] query rows
+  std::vector<float> kt;   // [dp][kBlockK] key tile, transposed so score loops run over keys
+  std::vector<float> v;    // [kBlockK][dp] value tile
+  std::vector<float> acc;  // [kBlockQ][dp] unnormalised output rows
+  std::vector<float> s;    // [kBlockQ][kBlockK] scaled scores, then probabilities
+  std::vector<float> m;    // running row maxima
+  std::vector<float> l;    // running row sums of exp(score - m)
+};
+
+struct Tensors {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+};
+
+int64_t offset(const TensorStrides& st, int64_t b, int64_t s, int64_t h) {
+  return b * st.batch + s * st.seq + h * st.head;
+}
+
+// Scores of rows [i, i + R) against key columns [0, n_cols) of the tile, n_cols a multiple of
+// kLanes. Accumulators are local arrays, so the compiler knows they alias neither tile.
+template <int64_t R>
+void score_rows(Workspace& w, int64_t i, int64_t d, int64_t n_cols, float scale) {
+  for (int64_t jc = 0; jc < n_cols; jc += kLanes) {
+    float a[R][kLanes] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float* kr = w.kt.data() + c * kBlockK + jc;
+      for (int64_t r = 0; r < R; ++r) {
+        const float qc = w.q[static_cast<size_t>((i + r) * w.dp + c)];
+        for (int64_t t = 0; t < kLanes; ++t) {
+          a[r][t] += qc * kr[t];
+        }
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      float* sr = w.s.data() + (i + r) * kBlockK + jc;
+      for (int64_t t = 0; t < kLanes; ++t) {
+        sr[t] = a[r][t] * scale;
+      }
+    }
+  }
+}
+
+// acc[i + r] += P[i + r, :n_keys] . V[:n_keys] for r < R.
+template <int64_t R>
+void accumulate_rows(Workspace& w, int64_t i, int64_t n_keys) {
+  for (int64_t c0 = 0; c0 < w.dp; c0 += kLanes) {
+    float a[R][kLanes];
+    for (int64_t r = 0; r < R; ++r) {
+      const float* ar = w.acc.data() + (i + r) * w.dp + c0;
+      for (int64_t t = 0; t < kLanes; ++t) {
+        a[r][t] = ar[t];
+      }
+    }
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const float* vr = w.v.data() + j * w.dp + c0;
+      for (int64_t r = 0; r < R; ++r) {
+        const float pj = w.s[static_cast<size_t>((i + r) * kBlockK + j)];
+        for (int64_t t = 0; t < kLanes; ++t) {
+          a[r][t] += pj * vr[t];
+        }
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      float* ar = w.acc.data() + (i + r) * w.dp + c0;
+      for (int64_t t = 0; t < kLanes; ++t) {
+        ar[t] = a[r][t];
+      }
+    }
+  }
+}
+
+// Online-softmax update of row i with the tile's scores: turns them into exp(score - m_new) and
+// rescales the row's accumulator and sum by exp(m_old - m_new).
+void softmax_row(Workspace& w, int64_t i, int64_t n_keys) {
+  float* sr = w.s.data() + i * kBlockK;
+  float tile_max = kNegInf;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    tile_max = std::max(tile_max, sr[j]);
+  }
+  const float m_old = w.m[static_cast<size_t>(i)];
+  const float m_new = std::max(m_old, tile_max);
+  if (m_new == kNegInf) {
+    // Nothing visible yet: exp(-inf - -inf) would be NaN. Masked scores become weight 0.
+    std::fill(sr, sr + n_keys, 0.0f);
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    sr[j] = std::exp(sr[j] - m_new);
+    sum += sr[j];
+  }
+  const float alpha = std::exp(m_old - m_new);  // 0 on the first visible tile (m_old = -inf)
+  if (alpha != 1.0f) {
+    float* ar = w.acc.data() + i * w.dp;
+    for (int64_t c = 0; c < w.dp; ++c) {
+      ar[c] *= alpha;
+    }
+  }
+  w.l[static_cast<size_t>(i)] = w.l[static_cast<size_t>(i)] * alpha + sum;
+  w.m[static_cast<size_t>(i)] = m_new;
+}
+
+// One work unit: query rows [i0, i0 + kBlockQ) of head h in batch b.
+template <class E>
+void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t i0, Workspace& w) {
+  using S = typename E::Storage;
+  const int64_t d = p.head_dim;
+  const int64_t dp = w.dp;
+  const int64_t nq = std::min(kBlockQ, p.seqlen_q - i0);
+  const int64_t g = h / (p.heads_q / p.heads_kv);
+  // Query row i sees keys j <= i + diag (bottom-right aligned causal mask).
+  const int64_t diag = p.seqlen_k - p.seqlen_q;
+  // Keys past the last row's limit are masked for every row of the tile: never loaded.
+  const int64_t j_end = p.causal ? std::clamp(i0 + nq + diag, int64_t{0}, p.seqlen_k) : p.seqlen_k;
+
+  const auto* q = static_cast<const S*>(t.q);
+  for (int64_t i = 0; i < nq; ++i) {
+    const S* src = q + offset(p.q, b, i0 + i, h);
+    float* dst = w.q.data() + i * dp;
+    for (int64_t c = 0; c < d; ++c) {
+      dst[c] = E::load(src[c]);
+    }
+  }
+  std::fill(w.acc.begin(), w.acc.begin() + nq * dp, 0.0f);
+  std::fill(w.m.begin(), w.m.begin() + nq, kNegInf);
+  std::fill(w.l.begin(), w.l.begin() + nq, 0.0f);
+
+  const auto* k = static_cast<const S*>(t.k);
+  const auto* v = static_cast<const S*>(t.v);
+  for (int64_t j0 = 0; j0 < j_end; j0 += kBlockK) {
+    const int64_t nk = std::min(kBlockK, j_end - j0);
+    for (int64_t j = 0; j < nk; ++j) {
+      const S* ks = k + offset(p.k, b, j0 + j, g);
+      const S* vs = v + offset(p.v, b, j0 + j, g);
+      float* vd = w.v.data() + j * dp;
+      for (int64_t c = 0; c < d; ++c) {
+        w.kt[static_cast<size_t>(c * kBlockK + j)] = E::load(ks[c]);
+        vd[c] = E::load(vs[c]);
+      }
+    }
+
+    // Columns past nk (up to the next multiple of kLanes) hold stale keys; they are masked below.
+    const int64_t n_cols = (nk + kLanes - 1) / kLanes * kLanes;
+    int64_t i = 0;
+    for (; i + kRows <= nq; i += kRows) {
+      score_rows<kRows>(w, i, d, n_cols, p.softmax_scale);
+    }
+    for (; i < nq; ++i) {
+      score_rows<1>(w, i, d, n_cols, p.softmax_scale);
+    }
+
+    for (i = 0; i < nq; ++i) {
+      const int64_t visible =
+          p.causal ? std::clamp(i0 + i + diag + 1 - j0, int64_t{0}, nk) : nk;
+      float* sr = w.s.data() + i * kBlockK;
+      std::fill(sr + visible, sr + n_cols, kNegInf);
+      softmax_row(w, i, nk);
+    }
+
+    for (i = 0; i + kRows <= nq; i += kRows) {
+      accumulate_rows<kRows>(w, i, nk);
+    }
+    for (; i < nq; ++i) {
+      accumulate_rows<1>(w, i, nk);
+    }
+  }
+
+  auto* o = static_cast<S*>(t.o);
+  float* lse = t.lse == nullptr ? nullptr : t.lse + (b * p.heads_q + h) * p.seqlen_q + i0;
+  for (int64_t i = 0; i < nq; ++i) {
+    const float l = w.l[static_cast<size_t>(i)];
+    const float* ar = w.acc.data() + i * dp;
+    S* dst = o + offset(p.o, b, i0 + i, h);
+    // l == 0 only when the row saw no key (every visible key adds exp(0) = 1 at its maximum).
+    for (int64_t c = 0; c < d; ++c) {
+      dst[c] = E::store(l == 0.0f ? 0.0f : ar[c] / l);
+    }
+    if (lse != nullptr) {
+      lse[i] = l == 0.0f ? kNegInf : w.m[static_cast<size_t>(i)] + std::log(l);
+    }
+  }
+}
+
+template <class E>
+void run(const Problem& p, const Tensors& t, int n_threads) {
+  const int64_t n_tiles = (p.seqlen_q + kBlockQ - 1) / kBlockQ;
+  const int64_t n_heads = p.batch * p.heads_q;
+  const int64_t n_units = n_heads * n_tiles;
+  const int64_t dp = padded_dim(p.head_dim);
+  // Workspace floats: 3 [64][dp] tiles + [dp][64] + 64 x 64 + 2 x 64. Refuse sizes whose byte
+  // count would overflow rather than let std::vector throw std::length_error.
+  const int64_t max_dp = (std::numeric_limits<int64_t>::max() / 4 - 2 * kBlockQ * kBlockK) /
+                         (3 * kBlockQ + kBlockK);
+  if (dp > max_dp) {
+    throw std::bad_alloc();
+  }
+  const auto n_workers = static_cast<int>(std::clamp<int64_t>(n_threads, 1, n_units));
+
+  // Allocated here, so an allocation failure throws before any thread starts or output is written.
+  std::vector<Workspace> workspaces;
+  workspaces.reserve(static_cast<size_t>(n_workers));
+  for (int i = 0; i < n_workers; ++i) {
+    workspaces.emplace_back(dp);
+  }
+
+  std::atomic<int64_t> next{0};
+  auto work = [&](Workspace& w) {
+    for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n_units;
+         u = next.fetch_add(1, std::memory_order_relaxed)) {
+      // The last query tiles go first: under a causal mask they see the most keys, and starting
+      // the longest units first keeps threads from idling at the end.
+      const int64_t tile = n_tiles - 1 - u / n_heads;
+      const int64_t bh = u % n_heads;
+      run_unit<E>(p, t, bh / p.heads_q, bh % p.heads_q, tile * kBlockQ, w);
+    }
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n_workers - 1));
+  for (int i = 1; i < n_workers; ++i) {
+    try {
+      threads.emplace_back(work, std::ref(workspaces[static_cast<size_t>(i)]));
+    } catch (const std::exception&) {
+      break;  // no more threads available: the ones running (and this one) share all the units
+    }
+  }
+  work(workspaces[0]);
+  for (std::thread& th : threads) {
+    th.join();
+  }
+}
+
+}  // namespace
+
+void forward(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+             int n_threads) {
+  const Tensors t{q, k, v, o, lse};
+  switch (p.dtype) {
+    case DType::kFP16:
+      run<Fp16>(p, t, n_threads);
+      break;
+    case DType::kBF16:
+      run<Bf16>(p, t, n_threads);
+      break;
+    case DType::kFP32:
+      run<Fp32>(p, t, n_threads);
+      break;
+  }
+}
+
+}  // namespace fa::cpu

@@ -1,0 +1,272 @@
+#include "cuda/device.hpp"
+
+#include <cinttypes>
+#include <cstdint>
+#include <mutex>
+#include <set>
+
+#include "api/status.hpp"
+
+namespace fa::cuda {
+
+namespace {
+
+fa_status cuda_fail(cudaError_t e, char const* what) {
+  return fail(FA_STATUS_CUDA_ERROR, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+// Runs `body` with `ordinal` as the current device, then restores the caller's device.
+template <class Body>
+fa_status on_device(int ordinal, Body&& body) {
+  int previous = 0;
+  if (cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
+  if (previous != ordinal) {
+    if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+  }
+  fa_status status = body();
+  if (previous != ordinal) {
+    cudaError_t e = cudaSetDevice(previous);
+    if (e != cudaSuccess && status == FA_STATUS_SUCCESS) status = cuda_fail(e, "cudaSetDevice");
+  }
+  return status;
+}
+
+// Devices whose kernels have had their shared-memory limit raised. cudaFuncSetAttribute is
+// per device and per process, so this is process-wide, behind a lock.
+std::mutex g_prepared_mutex;
+std::set<int> g_prepared_devices;
+
+fa_status prepare_kernels(int ordinal) {
+  std::lock_guard lock(g_prepared_mutex);
+  if (g_prepared_devices.count(ordinal)) return FA_STATUS_SUCCESS;
+  for (auto const& [config, entry] : registry()) {
+    cudaFuncAttributes attributes;
+    if (entry.attributes(&attributes) != cudaSuccess) {
+      // No image of this kernel runs here (its arch was left out of the build). Clear the error
+      // the failed query recorded; the kernel is simply absent from this device's view.
+      cudaGetLastError();
+      continue;
+    }
+    if (cudaError_t e = entry.prepare(); e != cudaSuccess) {
+      return cuda_fail(e, ("cudaFuncSetAttribute for " + short_name(config)).c_str());
+    }
+  }
+  g_prepared_devices.insert(ordinal);
+  return FA_STATUS_SUCCESS;
+}
+
+// Seed-measured winners (A100: (128, 64); RTX 3090: (128, 32)), tried first in this order.
+constexpr KernelConfig kPreferred[] = {
+    {DType::kBF16, 128, 128, 64, 4, true, true, true, 2, 2, 0, true, false},
+    {DType::kBF16, 128, 128, 32, 4, true, true, true, 2, 2, 0, true, true},
+};
+
+bool matches_preferred(KernelConfig const& k) {
+  for (KernelConfig pref : kPreferred) {
+    pref.dtype = k.dtype;
+    pref.d_head = k.d_head;
+    if (pref == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+fa_status open_device(int ordinal, Device* out) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(FA_STATUS_NO_DEVICE, "no usable CUDA device: cudaGetDeviceCount: %s (%s)",
+                cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  if (ordinal >= count) {
+    return fail(FA_STATUS_NO_DEVICE, "device = %d, but there %s %d CUDA device%s", ordinal,
+                count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
+  }
+  Device d;
+  d.ordinal = ordinal;
+  struct Attribute {
+    cudaDeviceAttr attr;
+    int* value;
+  };
+  for (Attribute a : {Attribute{cudaDevAttrComputeCapabilityMajor, &d.cc_major},
+                      Attribute{cudaDevAttrComputeCapabilityMinor, &d.cc_minor},
+                      Attribute{cudaDevAttrMaxSharedMemoryPerBlockOptin, &d.smem_per_block_optin}}) {
+    if (cudaError_t e = cudaDeviceGetAttribute(a.value, a.attr, ordinal); e != cudaSuccess) {
+      return cuda_fail(e, "cudaDeviceGetAttribute");
+    }
+  }
+  if (d.cc_major < 8) {
+    return fail(FA_STATUS_ARCH_MISMATCH, "device %d is sm_%d%d; the kernels need sm_80 or newer",
+                ordinal, d.cc_major, d.cc_minor);
+  }
+  fa_status status = on_device(ordinal, [&] {
+    if (fa_status s = prepare_kernels(ordinal); s != FA_STATUS_SUCCESS) return s;
+    for (auto const& [config, entry] : registry()) {
+      cudaFuncAttributes attributes;
+      if (entry.attributes(&attributes) != cudaSuccess) {
+        cudaGetLastError();
+        continue;
+      }
+      if (config.smem_bytes() <= d.smem_per_block_optin) d.kernels.push_back(&entry);
+    }
+    return FA_STATUS_SUCCESS;
+  });
+  if (status != FA_STATUS_SUCCESS) return status;
+  if (!registry().empty() && d.kernels.empty()) {
+    return fail(FA_STATUS_ARCH_MISMATCH,
+                "none of the %zu compiled kernels runs on device %d (sm_%d%d); rebuild with this "
+                "architecture in FA_CUDA_ARCHS",
+                registry().size(), ordinal, d.cc_major, d.cc_minor);
+  }
+  *out = std::move(d);
+  return FA_STATUS_SUCCESS;
+}
+
+fa_status check_problem(Problem const& p) {
+  if (p.dtype == DType::kFP32) {
+    return fail(FA_STATUS_UNSUPPORTED, "fa_config.dtype = FA_DTYPE_FP32 runs on CPU contexts only");
+  }
+  struct Stride {
+    char const* name;
+    int64_t value;
+  };
+  // 16-byte vector loads and stores of every row need strides in whole 8-element (16-byte) units.
+  for (Stride s : {Stride{"q_batch_stride", p.q.batch}, Stride{"q_seq_stride", p.q.seq},
+                   Stride{"q_head_stride", p.q.head}, Stride{"k_batch_stride", p.k.batch},
+                   Stride{"k_seq_stride", p.k.seq}, Stride{"k_head_stride", p.k.head},
+                   Stride{"v_batch_stride", p.v.batch}, Stride{"v_seq_stride", p.v.seq},
+                   Stride{"v_head_stride", p.v.head}, Stride{"o_batch_stride", p.o.batch},
+                   Stride{"o_seq_stride", p.o.seq}, Stride{"o_head_stride", p.o.head}}) {
+    if (s.value % 8 != 0) {
+      return fail(FA_STATUS_UNSUPPORTED,
+                  "fa_config.%s = %" PRId64 " is not a multiple of 8 elements (16 bytes), which "
+                  "the GPU kernels need",
+                  s.name, s.value);
+    }
+  }
+  if (p.heads_q > 65535 || p.batch > 65535) {
+    return fail(FA_STATUS_UNSUPPORTED,
+                "heads_q = %" PRId64 " and batch = %" PRId64 " must be at most 65535 (grid y and z)",
+                p.heads_q, p.batch);
+  }
+  if (p.seqlen_q > INT32_MAX || p.seqlen_k > INT32_MAX) {
+    return fail(FA_STATUS_UNSUPPORTED, "seqlen_q = %" PRId64 " and seqlen_k = %" PRId64
+                " must be below 2^31", p.seqlen_q, p.seqlen_k);
+  }
+  return FA_STATUS_SUCCESS;
+}
+
+std::string cannot_run(KernelConfig const& k, Problem const& p) {
+  auto say = [&](std::string what) { return short_name(k) + ": " + what; };
+  if (static_cast<int>(k.dtype) != static_cast<int>(p.dtype)) {
+    return say("its dtype differs from fa_config.dtype = " + std::to_string(int(p.dtype)));
+  }
+  if (k.d_head != p.head_dim) {
+    return say("d_head differs from fa_config.head_dim = " + std::to_string(p.head_dim));
+  }
+  if (p.causal) return say("causal masking is not implemented by this kernel family yet");
+  if (p.seqlen_q % k.B_r != 0) {
+    return say("seqlen_q = " + std::to_string(p.seqlen_q) + " is not a multiple of B_r = " +
+               std::to_string(k.B_r) + " (tails are not implemented yet)");
+  }
+  if (p.seqlen_k % k.B_c != 0) {
+    return say("seqlen_k = " + std::to_string(p.seqlen_k) + " is not a multiple of B_c = " +
+               std::to_string(k.B_c) + " (tails are not implemented yet)");
+  }
+  return {};
+}
+
+fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out) {
+  KernelEntry const* first_fit = nullptr;
+  std::string reason;
+  for (KernelEntry const* e : device.kernels) {
+    std::string why = cannot_run(e->config, p);
+    if (!why.empty()) {
+      // Report the reason of a kernel of the right dtype and head dim when there is one.
+      if (reason.empty() || (e->config.d_head == p.head_dim &&
+                             static_cast<int>(e->config.dtype) == static_cast<int>(p.dtype))) {
+        reason = why;
+      }
+      continue;
+    }
+    if (matches_preferred(e->config)) {
+      *out = e;
+      return FA_STATUS_SUCCESS;
+    }
+    if (first_fit == nullptr) first_fit = e;
+  }
+  if (first_fit != nullptr) {
+    *out = first_fit;
+    return FA_STATUS_SUCCESS;
+  }
+  if (device.kernels.empty()) {
+    return fail(FA_STATUS_UNSUPPORTED, "this build has no GPU kernels for device %d",
+                device.ordinal);
+  }
+  return fail(FA_STATUS_UNSUPPORTED, "no kernel runs this problem (dtype %d, head_dim %" PRId64
+              ", seqlen_q %" PRId64 ", seqlen_k %" PRId64 ", causal %d); for example %s",
+              int(p.dtype), p.head_dim, p.seqlen_q, p.seqlen_k, int(p.causal), reason.c_str());
+}
+
+ForwardParams make_params(Problem const& p) {
+  ForwardParams f{};
+  f.q_batch_stride = p.q.batch;
+  f.q_seq_stride = p.q.seq;
+  f.q_head_stride = p.q.head;
+  f.k_batch_stride = p.k.batch;
+  f.k_seq_stride = p.k.seq;
+  f.k_head_stride = p.k.head;
+  f.v_batch_stride = p.v.batch;
+  f.v_seq_stride = p.v.seq;
+  f.v_head_stride = p.v.head;
+  f.o_batch_stride = p.o.batch;
+  f.o_seq_stride = p.o.seq;
+  f.o_head_stride = p.o.head;
+  f.seqlen_q = static_cast<int32_t>(p.seqlen_q);
+  f.seqlen_k = static_cast<int32_t>(p.seqlen_k);
+  f.heads_q = static_cast<int32_t>(p.heads_q);
+  f.q_heads_per_kv = static_cast<int32_t>(p.heads_q / p.heads_kv);
+  constexpr double kLog2e = 1.4426950408889634;
+  f.scale_log2 = static_cast<float>(p.softmax_scale * kLog2e);
+  f.softmax_scale = p.softmax_scale;
+  return f;
+}
+
+dim3 make_grid(KernelConfig const& k, Problem const& p) {
+  return dim3(static_cast<unsigned>((p.seqlen_q + k.B_r - 1) / k.B_r),
+              static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+}
+
+fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams params, dim3 grid,
+                 void const* q, void const* k, void const* v, void* o, float* lse,
+                 cudaStream_t stream) {
+  struct Pointer {
+    char const* name;
+    void const* value;
+  };
+  for (Pointer ptr : {Pointer{"q", q}, Pointer{"k", k}, Pointer{"v", v}, Pointer{"o", o}}) {
+    if (ptr.value == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "%s is NULL", ptr.name);
+    if (reinterpret_cast<uintptr_t>(ptr.value) % 16 != 0) {
+      return fail(FA_STATUS_UNSUPPORTED, "%s = %p is not 16-byte aligned", ptr.name, ptr.value);
+    }
+  }
+  if (reinterpret_cast<uintptr_t>(lse) % alignof(float) != 0) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "lse = %p is not 4-byte aligned",
+                static_cast<void*>(lse));
+  }
+  params.q = q;
+  params.k = k;
+  params.v = v;
+  params.o = o;
+  params.lse = lse;
+  return on_device(device.ordinal, [&] {
+    if (cudaError_t e = kernel.launch(params, grid, stream); e != cudaSuccess) {
+      cudaGetLastError();  // the launch error is reported here, not left for the caller's next call
+      return cuda_fail(e, ("launching " + short_name(kernel.config)).c_str());
+    }
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,17 @@
+#include "cuda/kernel_entry.hpp"
+
+namespace fa::cuda {
+
+void register_generated_kernels(Registry& registry);  // generated: registry_generated.cpp
+
+Registry const& registry() {
+  // Function-local static: built once, thread-safely, on first use (no static-init-order reliance).
+  static Registry const instance = [] {
+    Registry r;
+    register_generated_kernels(r);
+    return r;
+  }();
+  return instance;
+}
+
+}  // namespace fa::cuda

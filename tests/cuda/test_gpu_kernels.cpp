@@ -1,0 +1,308 @@
+// Every registered GPU kernel against the CPU backend, on fresh random data with poisoned outputs,
+// plus the GPU-only error paths and CUDA-graph capture of a plan. Exits with 77 (ctest: skipped)
+// when there is no CUDA device.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <cuda_runtime_api.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "flashattn.h"
+
+namespace {
+
+using namespace fa_test;
+
+#define CUDA_OK(call) REQUIRE_MESSAGE((call) == cudaSuccess, #call)
+
+// Device copies of a problem's buffers; o is poisoned before every run.
+struct DeviceBuffers {
+  void* in = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+  size_t in_bytes = 0, out_bytes = 0, lse_bytes = 0;
+
+  DeviceBuffers(TestProblem const& p, HostBuffers const& h) {
+    in_bytes = h.in.size();
+    out_bytes = h.out.size();
+    lse_bytes = h.lse.size() * sizeof(float);
+    CUDA_OK(cudaMalloc(&in, in_bytes));
+    CUDA_OK(cudaMalloc(&out, out_bytes));
+    CUDA_OK(cudaMalloc(&lse, lse_bytes));
+    CUDA_OK(cudaMemcpy(in, h.in.data(), in_bytes, cudaMemcpyHostToDevice));
+    (void)p;
+  }
+  ~DeviceBuffers() {
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(lse);
+  }
+  DeviceBuffers(DeviceBuffers const&) = delete;
+  DeviceBuffers& operator=(DeviceBuffers const&) = delete;
+
+  void poison(TestProblem const& p) {
+    std::vector<unsigned char> o(out_bytes);
+    fa_test::poison(p.dtype, o.data(), p.out_elems);
+    std::vector<float> l(lse_bytes / sizeof(float));
+    poison_lse(l.data(), static_cast<int64_t>(l.size()));
+    CUDA_OK(cudaMemcpy(out, o.data(), out_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(lse, l.data(), lse_bytes, cudaMemcpyHostToDevice));
+  }
+  void const* q(TestProblem const& p) const { return elem_ptr(in, p.dtype, p.q.offset); }
+  void const* k(TestProblem const& p) const { return elem_ptr(in, p.dtype, p.k.offset); }
+  void const* v(TestProblem const& p) const { return elem_ptr(in, p.dtype, p.v.offset); }
+  void* o(TestProblem const& p) const { return elem_ptr(out, p.dtype, p.o.offset); }
+  void fetch(HostBuffers& h) const {
+    CUDA_OK(cudaMemcpy(h.out.data(), out, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h.lse.data(), lse, lse_bytes, cudaMemcpyDeviceToHost));
+  }
+};
+
+// One problem with its inputs and two references: the CPU backend on fp32 copies of the inputs
+// (the accurate result) and a naive same-precision attention (the yardstick for 16-bit error).
+struct Checked {
+  TestProblem p;
+  HostBuffers host;
+  std::vector<double> ref_o, ref_lse;
+  double naive_err = 0.0;  // max |naive same-precision - CPU backend| over o
+};
+
+Checked prepare(TestProblem p, uint64_t seed) {
+  Checked c{p, make_buffers(p, seed), {}, {}, 0.0};
+  // The CPU backend in fp32 on the exact same values.
+  TestProblem p32 = p;
+  p32.dtype = FA_DTYPE_FP32;
+  std::vector<float> in32(static_cast<size_t>(p.in_elems));
+  for (int64_t i = 0; i < p.in_elems; ++i) in32[i] = static_cast<float>(load_elem(p.dtype, c.host.in.data(), i));
+  std::vector<float> out32(static_cast<size_t>(p.out_elems));
+  std::vector<float> lse32(c.host.lse.size());
+  fa_context_t* cpu = nullptr;
+  REQUIRE(fa_context_create(FA_DEVICE_CPU, &cpu) == FA_STATUS_SUCCESS);
+  fa_config cfg = make_config(p32);
+  REQUIRE(fa_forward(cpu, &cfg, in32.data() + p.q.offset, in32.data() + p.k.offset,
+                     in32.data() + p.v.offset, out32.data() + p.o.offset, lse32.data(),
+                     nullptr) == FA_STATUS_SUCCESS);
+  fa_context_destroy(cpu);
+  c.ref_o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * p.head_dim), 0.0);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          c.ref_o[ref_o_index(p, b, i, h, d)] = out32[elem_index(p.o, b, i, h, d)];
+  c.ref_lse.assign(lse32.begin(), lse32.end());
+  c.naive_err = max_abs_diff(reference_same_precision(p, c.host.in.data()).o, c.ref_o);
+  return c;
+}
+
+// The problems every kernel of (dtype, d) runs: lengths are multiples of 128, so every B_r and B_c
+// in the registry divides them; together they cover Sq != Sk both ways, GQA ratios 1, 2, 4, 8,
+// batch > 1, a non-default scale, and four layouts.
+std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
+  std::vector<Checked> out;
+  TestProblem a = make_problem(dtype, 2, 256, 384, 4, 2, d, false);  // GQA 2, packed
+  out.push_back(prepare(a, seed + 1));
+  TestProblem b = make_problem(dtype, 1, 128, 128, 8, 1, d, false);  // MQA (8), QKV-packed views
+  layout_qkv_packed(b);
+  out.push_back(prepare(b, seed + 2));
+  TestProblem c = make_problem(dtype, 3, 384, 128, 4, 4, d, false);  // MHA, padded rows, scale
+  c.scale = 0.3f;
+  layout_padded(c, 8);
+  out.push_back(prepare(c, seed + 3));
+  TestProblem e = make_problem(dtype, 1, 128, 512, 8, 2, d, false);  // GQA 4, [b, h, s, d]
+  layout_heads_major(e);
+  out.push_back(prepare(e, seed + 4));
+  return out;
+}
+
+std::string name_of(fa_kernel_config const& k) {
+  char buf[128];
+  REQUIRE(fa_kernel_config_name(&k, buf, sizeof buf, nullptr) == FA_STATUS_SUCCESS);
+  return buf;
+}
+
+// Runs `plan` on `c` and checks O (error <= 2x the naive same-precision error + atol), LSE, and
+// that nothing outside o's view was written.
+void run_and_check(fa_plan_t* plan, Checked& c, DeviceBuffers& dev, std::string const& what) {
+  TestProblem const& p = c.p;
+  dev.poison(p);
+  REQUIRE(fa_plan_run(plan, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse, nullptr, 0,
+                      nullptr) == FA_STATUS_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  dev.fetch(c.host);
+  double const atol = p.dtype == FA_DTYPE_BF16 ? 1e-3 : 2e-4;
+  ErrorStats eo = compare_output(p, c.host.out.data(), c.ref_o, Tolerance{2 * c.naive_err + atol, 0, 0});
+  ErrorStats el = compare_lse(c.host.lse.data(), c.ref_lse, Tolerance{2e-3, 0, 0});
+  INFO(what << " | o: max err " << eo.max_abs << " (bound " << 2 * c.naive_err + atol << "), bad "
+            << eo.n_bad << ", worst got " << eo.worst_got << " ref " << eo.worst_ref
+            << " | lse: max err " << el.max_abs << ", bad " << el.n_bad);
+  CHECK(eo.n_bad == 0);
+  CHECK_FALSE(eo.non_finite);
+  CHECK(el.n_bad == 0);
+  CHECK(output_padding_intact(p, c.host.out.data()));
+}
+
+fa_context_t* g_ctx = nullptr;
+
+}  // namespace
+
+TEST_CASE("every registered kernel matches the CPU backend") {
+  std::map<std::pair<int, int>, std::vector<Checked>> problems;
+  size_t n = fa_kernel_count();
+  REQUIRE(n > 0);
+  int checked_kernels = 0;
+  for (size_t i = 0; i < n; ++i) {
+    fa_kernel_config kc;
+    REQUIRE(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
+    REQUIRE(fa_kernel_get(i, &kc) == FA_STATUS_SUCCESS);
+    std::string name = name_of(kc);
+    auto key = std::make_pair(kc.dtype, kc.d_head);
+    if (!problems.count(key)) problems[key] = problems_for(kc.dtype, kc.d_head, 1000 * key.first + key.second);
+    for (Checked& c : problems[key]) {
+      fa_config cfg = make_config(c.p);
+      fa_plan_t* plan = nullptr;
+      fa_status s = fa_plan_create_with_kernel(g_ctx, &cfg, &kc, &plan);
+      INFO(name << ": " << fa_last_error_detail());
+      REQUIRE(s == FA_STATUS_SUCCESS);
+      fa_kernel_config bound;
+      REQUIRE(fa_kernel_config_init(&bound) == FA_STATUS_SUCCESS);
+      REQUIRE(fa_plan_kernel(plan, &bound) == FA_STATUS_SUCCESS);
+      CHECK(name_of(bound) == name);
+      DeviceBuffers dev(c.p, c.host);
+      run_and_check(plan, c, dev, name);
+      fa_plan_destroy(plan);
+    }
+    ++checked_kernels;
+  }
+  MESSAGE(checked_kernels << " kernels checked on " << 4 << " problems each");
+}
+
+TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured plan replays") {
+  for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
+    std::vector<Checked> cases = problems_for(dtype, 128, 77 + dtype);
+    for (Checked& c : cases) {
+      TestProblem const& p = c.p;
+      DeviceBuffers dev(p, c.host);
+      dev.poison(p);
+      fa_config cfg = make_config(p);
+      fa_status s = fa_forward(g_ctx, &cfg, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse, nullptr);
+      INFO(fa_last_error_detail());
+      REQUIRE(s == FA_STATUS_SUCCESS);
+      CUDA_OK(cudaDeviceSynchronize());
+      dev.fetch(c.host);
+      ErrorStats eo = compare_output(p, c.host.out.data(), c.ref_o,
+                                     Tolerance{2 * c.naive_err + 1e-3, 0, 0});
+      CHECK(eo.n_bad == 0);
+
+      // The plan's launch is capturable: record it into a graph on a side stream, replay it.
+      fa_plan_t* plan = nullptr;
+      REQUIRE(fa_plan_create(g_ctx, &cfg, &plan) == FA_STATUS_SUCCESS);
+      cudaStream_t stream;
+      CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      dev.poison(p);
+      cudaGraph_t graph;
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      fa_status captured = fa_plan_run(plan, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse,
+                                       nullptr, 0, reinterpret_cast<fa_stream_t>(stream));
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      REQUIRE(captured == FA_STATUS_SUCCESS);
+      cudaGraphExec_t exec;
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      dev.fetch(c.host);
+      ErrorStats eg = compare_output(p, c.host.out.data(), c.ref_o,
+                                     Tolerance{2 * c.naive_err + 1e-3, 0, 0});
+      CHECK(eg.n_bad == 0);
+      CHECK(output_padding_intact(p, c.host.out.data()));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+      fa_plan_destroy(plan);
+    }
+  }
+}
+
+TEST_CASE("GPU error paths: status, message, outputs untouched") {
+  TestProblem p = make_problem(FA_DTYPE_BF16, 1, 128, 128, 2, 2, 128, false);
+  HostBuffers host = make_buffers(p, 5);
+  DeviceBuffers dev(p, host);
+  auto expect = [&](fa_config const& cfg, fa_status status, char const* mentions,
+                    void const* q = nullptr, void* o = nullptr) {
+    dev.poison(p);
+    fa_status s = fa_forward(g_ctx, &cfg, q ? q : dev.q(p), dev.k(p), dev.v(p), o ? o : dev.o(p),
+                             dev.lse, nullptr);
+    std::string detail = fa_last_error_detail();
+    INFO("detail: " << detail);
+    CHECK(s == status);
+    CHECK(detail.find(mentions) != std::string::npos);
+    CUDA_OK(cudaDeviceSynchronize());
+    dev.fetch(host);
+    std::vector<unsigned char> poisoned(host.out.size());
+    fa_test::poison(p.dtype, poisoned.data(), p.out_elems);
+    CHECK(std::memcmp(poisoned.data(), host.out.data(), host.out.size()) == 0);
+  };
+  fa_config base = make_config(p);
+  fa_config c = base;
+  c.head_dim = 96;
+  c.q_head_stride = c.k_head_stride = c.v_head_stride = c.o_head_stride = 96;
+  c.q_seq_stride = c.k_seq_stride = c.v_seq_stride = c.o_seq_stride = 192;
+  c.q_batch_stride = c.k_batch_stride = c.v_batch_stride = c.o_batch_stride = 192 * 128;
+  expect(c, FA_STATUS_UNSUPPORTED, "head_dim");
+  c = base;
+  c.dtype = FA_DTYPE_FP32;
+  expect(c, FA_STATUS_UNSUPPORTED, "FP32");
+  c = base;
+  c.seqlen_q = c.seqlen_k = 100;
+  expect(c, FA_STATUS_UNSUPPORTED, "multiple of");
+  c = base;
+  c.causal = 1;
+  expect(c, FA_STATUS_UNSUPPORTED, "causal");
+  c = base;
+  c.k_seq_stride += 4;
+  expect(c, FA_STATUS_UNSUPPORTED, "k_seq_stride");
+  expect(base, FA_STATUS_UNSUPPORTED, "16-byte aligned",
+         static_cast<unsigned char const*>(dev.q(p)) + 2);
+
+  fa_kernel_config kc;
+  REQUIRE(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
+  fa_plan_t* plan = nullptr;
+  REQUIRE(fa_kernel_config_parse("(FP16, 128, 64, 64, 4): async+load_0_0_0_tiles", &kc) ==
+          FA_STATUS_SUCCESS);
+  int registered = 0;
+  REQUIRE(fa_kernel_is_registered(&kc, &registered) == FA_STATUS_SUCCESS);
+  if (registered) {
+    CHECK(fa_plan_create_with_kernel(g_ctx, &base, &kc, &plan) == FA_STATUS_KERNEL_NOT_AVAILABLE);
+    CHECK(std::string(fa_last_error_detail()).find("dtype") != std::string::npos);
+  }
+  REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 48, 4): swizzled+load_4_4_2_tiles", &kc) ==
+          FA_STATUS_SUCCESS);
+  CHECK(fa_plan_create_with_kernel(g_ctx, &base, &kc, &plan) == FA_STATUS_KERNEL_NOT_AVAILABLE);
+  CHECK(std::string(fa_last_error_detail()).find("not compiled") != std::string::npos);
+  REQUIRE(fa_kernel_config_parse("(BF16, 96, 128, 64, 4): load_2_2_0_tiles", &kc) ==
+          FA_STATUS_SUCCESS);
+  CHECK(fa_plan_create_with_kernel(g_ctx, &base, &kc, &plan) == FA_STATUS_INVALID_KERNEL_CONFIG);
+  CHECK(std::string(fa_last_error_detail()).find("d_head = 96") != std::string::npos);
+  CHECK(plan == nullptr);
+}
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  if (fa_context_create(0, &g_ctx) != FA_STATUS_SUCCESS) {
+    std::printf("cannot create a context on device 0: %s\n", fa_last_error_detail());
+    return 1;
+  }
+  doctest::Context context(argc, argv);
+  int result = context.run();
+  fa_context_destroy(g_ctx);
+  return result;
+}
