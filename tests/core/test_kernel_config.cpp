@@ -82,7 +82,7 @@ TEST_CASE("validity rules: each rule accepts its good side and rejects its bad s
     check_invalid({.d_head = 320}, "d_head");
   }
   SUBCASE("n_warps: 4 or 8") {
-    check_valid({.n_warps = 8, .B_c = 32});
+    check_valid({.B_c = 32, .n_warps = 8});
     check_invalid({.n_warps = 2}, "n_warps");
     check_invalid({.n_warps = 16}, "n_warps");
   }

@@ -36,7 +36,7 @@ TEST_CASE("registry equals the generator's list, in order") {
   std::vector<std::string> expected = generated_names();
   REQUIRE(fa_kernel_count() == expected.size());
   REQUIRE(fa_kernel_count() > 0);
-  fa_kernel_config previous;
+  fa_kernel_config previous{};
   for (size_t i = 0; i < expected.size(); ++i) {
     fa_kernel_config c;
     REQUIRE(fa_kernel_config_init(&c) == FA_STATUS_SUCCESS);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build, test and sanitise on the GPU machine in one call (device minutes are scarce).
+#   bash tools/device_check.sh            # full check, logs in $OUT (or ./device-out)
+# Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
+# (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
+set -uo pipefail
+out="${OUT:-$PWD/device-out}"
+mkdir -p "$out"
+build=build-device
+status=0
+step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records failure, keeps going
+  local name=$1; shift
+  echo "== $name: $*"
+  local t0=$SECONDS
+  if "$@" >"$out/$name.log" 2>&1; then echo "   ok ($((SECONDS - t0)) s)"; else
+    echo "   FAILED ($((SECONDS - t0)) s); tail of $name.log:"; tail -n 40 "$out/$name.log"; status=1; fi
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
+  ${FA_DEVICE_CMAKE_ARGS:-}
+step build ninja -C "$build" -j16
+step ctest ctest --test-dir "$build" --output-on-failure
+step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
+step example "$build/examples/flashattn_example"
+step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  "$build/tests/flashattn_gpu_tests"
+step racecheck env FA_GPU_TEST_SAMPLE=23 compute-sanitizer --tool racecheck --error-exitcode 3 \
+  "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
+grep -h -E "test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked" "$out"/*.log
+exit $status

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds and runs every test, as the README says:
+#   1. the default build (every kernel of the seed's set, sm_80 + sm_90) and all its tests
+#      (host tests; GPU tests, which report "skipped" without a GPU; header and export checks);
+#   2. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the concurrent-use test under ThreadSanitizer.
+# The sanitizer builds compile a reduced kernel set (the 7 bf16 progression kernels, sm_80 only):
+# they test host code, and every host test still runs. Extra CMake arguments for all three builds
+# can be given in FA_TEST_CMAKE_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${FA_JOBS:-$(nproc)}"
+extra=(${FA_TEST_CMAKE_ARGS:-})
+reduced=(-DFA_KERNEL_SET=progression -DFA_DTYPES=bf16 -DFA_CUDA_ARCHS=80 -DFA_BUILD_EXAMPLES=OFF
+         -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+banner "default build: all tests"
+cmake -S . -B build "${extra[@]}"
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure
+
+banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -DFA_SANITIZE=address,undefined "${reduced[@]}" "${extra[@]}"
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -L 'api|core|cpu|concurrency'
+
+banner "concurrent use under ThreadSanitizer"
+cmake -S . -B build-tsan -DFA_SANITIZE=thread "${reduced[@]}" "${extra[@]}"
+cmake --build build-tsan -j "$jobs"
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -L concurrency
+
+banner "all tests passed"
