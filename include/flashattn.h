@@ -355,6 +355,30 @@ FA_API fa_status fa_kernel_config_autotune_filter(const fa_kernel_config* config
 FA_API fa_status fa_kernel_is_registered(const fa_kernel_config* config, int* registered);
 
 /* ====================================================================================================
+ * Tuning results
+ * ====================================================================================================
+ * A context keeps, per problem shape, the kernel that tuning chose; fa_forward() and fa_plan_create()
+ * use it instead of the built-in choice. A shape is (dtype, head_dim, causal, seqlen_q, seqlen_k). */
+
+/*! fa_context_set_kernel() :
+ *  Records `kernel` as the tuned kernel for problems shaped like `config` on this context (replacing
+ *  an earlier record for that shape), after checking that the kernel is valid, compiled in, runs on
+ *  the context's device, and can run `config`.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT / FA_STATUS_BAD_STRUCT_SIZE (bad input);
+ *          FA_STATUS_INVALID_KERNEL_CONFIG; FA_STATUS_KERNEL_NOT_AVAILABLE (as for
+ *          fa_plan_create_with_kernel()); FA_STATUS_UNSUPPORTED (the problem cannot run on a GPU);
+ *          FA_STATUS_WRONG_CONTEXT on a CPU context.
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, const fa_config* config,
+                                       const fa_kernel_config* kernel);
+
+/*! fa_context_tuned_count() :
+ *  @param count  receives the number of shapes with a tuned kernel on this context.
+ *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
+ *  Thread-safe. Since 0.1.0. */
+FA_API fa_status fa_context_tuned_count(const fa_context_t* ctx, size_t* count);
+
+/* ====================================================================================================
  * Plans
  * ====================================================================================================
  * A plan is a validated problem bound to one kernel of its context. Make one per shape you launch many

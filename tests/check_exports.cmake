@@ -1,4 +1,5 @@
-# Fails unless every dynamic symbol the library defines is part of the fa_* C API.
+# Fails unless every dynamic symbol the library defines is part of the fa_* C API, the soname is
+# libflashattn.so.0, and the CUDA runtime is linked in statically (no libcudart dependency).
 execute_process(COMMAND "${NM}" -D --defined-only "${LIBRARY}"
                 OUTPUT_VARIABLE symbols RESULT_VARIABLE result)
 if(NOT result EQUAL 0)
@@ -22,3 +23,15 @@ if(exported LESS 20)
   message(FATAL_ERROR "only ${exported} fa_* symbols exported; expected the whole C API")
 endif()
 message(STATUS "${exported} symbols exported, all fa_*")
+
+execute_process(COMMAND "${OBJDUMP}" -p "${LIBRARY}" OUTPUT_VARIABLE headers RESULT_VARIABLE result)
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "objdump failed on ${LIBRARY}")
+endif()
+if(NOT headers MATCHES "SONAME +libflashattn\\.so\\.0\n")
+  message(FATAL_ERROR "soname is not libflashattn.so.0")
+endif()
+if(headers MATCHES "NEEDED +libcudart")
+  message(FATAL_ERROR "the library depends on a shared CUDA runtime")
+endif()
+message(STATUS "soname libflashattn.so.0, CUDA runtime linked statically")

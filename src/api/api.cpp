@@ -31,7 +31,10 @@ struct fa_context_s {
   int device = FA_DEVICE_CPU;
   int cpu_threads = 1;
   fa::cuda::Device gpu;  // valid when device != FA_DEVICE_CPU
-  std::mutex mutex;      // guards `choices`
+  mutable std::mutex mutex;  // guards `tuned` and `choices`
+  // Kernels recorded by tuning (fa_context_set_kernel); consulted first.
+  std::map<ChoiceKey, fa::cuda::KernelEntry const*> tuned;
+  // The plan cache: the built-in choice per shape, made once.
   std::map<ChoiceKey, fa::cuda::KernelEntry const*> choices;
 };
 
@@ -58,6 +61,10 @@ fa_status choose_cached(fa_context_s* ctx, fa::Problem const& p,
   ChoiceKey key = choice_key(p);
   {
     std::lock_guard lock(ctx->mutex);
+    if (auto it = ctx->tuned.find(key); it != ctx->tuned.end()) {
+      *out = it->second;
+      return FA_STATUS_SUCCESS;
+    }
     if (auto it = ctx->choices.find(key); it != ctx->choices.end()) {
       *out = it->second;
       return FA_STATUS_SUCCESS;
@@ -68,6 +75,28 @@ fa_status choose_cached(fa_context_s* ctx, fa::Problem const& p,
   std::lock_guard lock(ctx->mutex);
   ctx->choices.emplace(key, chosen);
   *out = chosen;
+  return FA_STATUS_SUCCESS;
+}
+
+// The context's entry for `pinned`, if it is valid, compiled in, runs on the device and runs `p`.
+fa_status find_pinned(fa_context_s const* ctx, fa::KernelConfig const& pinned, fa::Problem const& p,
+                      fa::cuda::KernelEntry const** out) {
+  if (std::string why = fa::validate(pinned); !why.empty()) {
+    return fail(FA_STATUS_INVALID_KERNEL_CONFIG, "%s: %s", fa::short_name(pinned).c_str(),
+                why.c_str());
+  }
+  auto it = std::find_if(ctx->gpu.kernels.begin(), ctx->gpu.kernels.end(),
+                         [&](auto const* e) { return e->config == pinned; });
+  if (it == ctx->gpu.kernels.end()) {
+    bool compiled = fa::cuda::registry().count(pinned) != 0;
+    return fail(FA_STATUS_KERNEL_NOT_AVAILABLE, "%s: %s", fa::short_name(pinned).c_str(),
+                compiled ? "compiled, but not runnable on this device"
+                         : "not compiled into this build");
+  }
+  if (std::string why = fa::cuda::cannot_run(pinned, p); !why.empty()) {
+    return fail(FA_STATUS_KERNEL_NOT_AVAILABLE, "%s", why.c_str());
+  }
+  *out = *it;
   return FA_STATUS_SUCCESS;
 }
 
@@ -87,22 +116,7 @@ fa_status build_plan(fa_context_s* ctx, fa_config const* config, fa::KernelConfi
   }
   if (fa_status s = fa::cuda::check_problem(p); s != FA_STATUS_SUCCESS) return s;
   if (pinned != nullptr) {
-    if (std::string why = fa::validate(*pinned); !why.empty()) {
-      return fail(FA_STATUS_INVALID_KERNEL_CONFIG, "%s: %s", fa::short_name(*pinned).c_str(),
-                  why.c_str());
-    }
-    auto it = std::find_if(ctx->gpu.kernels.begin(), ctx->gpu.kernels.end(),
-                           [&](auto const* e) { return e->config == *pinned; });
-    if (it == ctx->gpu.kernels.end()) {
-      bool compiled = fa::cuda::registry().count(*pinned) != 0;
-      return fail(FA_STATUS_KERNEL_NOT_AVAILABLE, "%s: %s", fa::short_name(*pinned).c_str(),
-                  compiled ? "compiled, but not runnable on this device"
-                           : "not compiled into this build");
-    }
-    if (std::string why = fa::cuda::cannot_run(*pinned, p); !why.empty()) {
-      return fail(FA_STATUS_KERNEL_NOT_AVAILABLE, "%s", why.c_str());
-    }
-    plan->kernel = *it;
+    if (fa_status s = find_pinned(ctx, *pinned, p, &plan->kernel); s != FA_STATUS_SUCCESS) return s;
   } else if (fa_status s = choose_cached(ctx, p, &plan->kernel); s != FA_STATUS_SUCCESS) {
     return s;
   }
@@ -185,6 +199,29 @@ FA_API fa_status fa_forward(fa_context_t* ctx, fa_config const* config, void con
     fa_plan_s plan;
     if (fa_status s = build_plan(ctx, config, nullptr, &plan); s != FA_STATUS_SUCCESS) return s;
     return run_plan(plan, q, k, v, o, lse, stream);
+  });
+}
+
+FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, fa_config const* config,
+                                       fa_kernel_config const* kernel) {
+  return fa::guarded([&] {
+    fa::KernelConfig pinned;
+    if (fa_status s = fa::to_kernel_config(kernel, &pinned); s != FA_STATUS_SUCCESS) return s;
+    fa_plan_s plan;
+    if (fa_status s = build_plan(ctx, config, &pinned, &plan); s != FA_STATUS_SUCCESS) return s;
+    std::lock_guard lock(ctx->mutex);
+    ctx->tuned[choice_key(plan.problem)] = plan.kernel;
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+FA_API fa_status fa_context_tuned_count(fa_context_t const* ctx, size_t* count) {
+  return fa::guarded([&] {
+    if (fa_status s = check_context(ctx); s != FA_STATUS_SUCCESS) return s;
+    if (count == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "count is NULL");
+    std::lock_guard lock(ctx->mutex);
+    *count = ctx->tuned.size();
+    return FA_STATUS_SUCCESS;
   });
 }
 

@@ -1,5 +1,5 @@
-// FlashAttention-2 forward on the CPU: each work unit is one (batch, query head, query tile); it walks
-// the visible key tiles with an online softmax, so no seqlen_q x seqlen_k matrix is ever stored.
+// FlashAttention-2 forward on the CPU: each work unit is one (batch, query head, query tile); it
+// walks the visible key tiles with an online softmax, so no seqlen_q x seqlen_k matrix is stored.
 #include "cpu/cpu_attention.hpp"
 
 #include <algorithm>
@@ -34,6 +34,14 @@ constexpr int64_t kScoreRows = 2;
 // previous store (~5 cycles); 8 rows x 4 vectors give 32 independent chains to hide that. Measured
 // as above: 2 rows 0.87 s, 4 rows 0.80 s, 8 rows 0.72 s, 16 rows 0.78 s.
 constexpr int64_t kPvRows = 8;
+
+// Largest head_dim whose workspace (three [64][dp] tiles and one [dp][64], a 64 x 64 score tile,
+// 2 x 64 row statistics) has a byte count that fits int64_t: larger ones could never be allocated,
+// and std::vector would throw std::length_error instead of std::bad_alloc.
+constexpr int64_t kMaxHeadDim =
+    (std::numeric_limits<int64_t>::max() / 4 - kBlockQ * kBlockK - 2 * kBlockQ) /
+        (3 * kBlockQ + kBlockK) -
+    kLanes;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -122,7 +130,7 @@ struct Fp32 {
   static Storage store(float x) { return x; }
 };
 
-// ---- Per-thread tiles ----------------------------------------------------------------------------
+// ---- Per-thread tiles ---------------------------------------------------------------------------
 
 // head_dim rounded up to kLanes; the padding columns of V and the accumulator stay 0.
 int64_t padded_dim(int64_t d) { return (d + kLanes - 1) / kLanes * kLanes; }
@@ -161,7 +169,7 @@ int64_t offset(const TensorStrides& st, int64_t b, int64_t s, int64_t h) {
 }
 
 // Scores of rows [i, i + R) against the whole key tile (columns past the tile's keys hold stale
-// keys; the caller masks them). The accumulators are a local array, so the compiler knows they
+// keys; nothing reads their scores). The accumulators are a local array, so the compiler knows they
 // alias neither tile, and the 64-key inner loop keeps 16 SSE vectors in flight per row: each
 // accumulator is stored and reloaded only every 16th vector, so the store-to-load latency (~5
 // cycles) never stalls the loop.
@@ -296,7 +304,7 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
       const int64_t visible =
           p.causal ? std::clamp(i0 + i + diag + 1 - j0, int64_t{0}, nk) : nk;
       float* sr = w.s.data() + i * kBlockK;
-      std::fill(sr + visible, sr + kBlockK, kNegInf);
+      std::fill(sr + visible, sr + nk, kNegInf);
       softmax_row(w, i, nk);
     }
 
@@ -329,14 +337,10 @@ void run(const Problem& p, const Tensors& t, int n_threads) {
   const int64_t n_tiles = (p.seqlen_q + kBlockQ - 1) / kBlockQ;
   const int64_t n_heads = p.batch * p.heads_q;
   const int64_t n_units = n_heads * n_tiles;
-  const int64_t dp = padded_dim(p.head_dim);
-  // Workspace floats: 3 [64][dp] tiles + [dp][64] + 64 x 64 + 2 x 64. Refuse sizes whose byte
-  // count would overflow rather than let std::vector throw std::length_error.
-  const int64_t max_dp = (std::numeric_limits<int64_t>::max() / 4 - 2 * kBlockQ * kBlockK) /
-                         (3 * kBlockQ + kBlockK);
-  if (dp > max_dp) {
+  if (p.head_dim > kMaxHeadDim) {
     throw std::bad_alloc();
   }
+  const int64_t dp = padded_dim(p.head_dim);
   const auto n_workers = static_cast<int>(std::clamp<int64_t>(n_threads, 1, n_units));
 
   // Allocated here, so an allocation failure throws before any thread starts or output is written.

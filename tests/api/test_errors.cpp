@@ -229,6 +229,12 @@ TEST_CASE("CPU contexts take no stream and pin no GPU kernel") {
   CHECK(fa_plan_create_with_kernel(f.ctx, &f.cfg, &kc, &plan) == FA_STATUS_WRONG_CONTEXT);
   CHECK(plan == reinterpret_cast<fa_plan_t*>(&fake_stream_storage));
 
+  CHECK(fa_context_set_kernel(f.ctx, &f.cfg, &kc) == FA_STATUS_WRONG_CONTEXT);
+  size_t tuned = 99;
+  CHECK(fa_context_tuned_count(f.ctx, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 0);
+  CHECK(fa_context_tuned_count(f.ctx, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+
   REQUIRE(fa_plan_create(f.ctx, &f.cfg, &plan) == FA_STATUS_SUCCESS);
   CHECK(fa_plan_kernel(plan, &kc) == FA_STATUS_WRONG_CONTEXT);
   size_t workspace = 99;

@@ -18,7 +18,7 @@
 
 namespace fa_test {
 
-// ---- Dtype conversions ---------------------------------------------------------------------------
+// ---- Dtype conversions --------------------------------------------------------------------------
 // Written differently from the library on purpose: rounding goes through double arithmetic
 // (frexp / nearbyint) instead of bit tricks.
 
@@ -142,7 +142,7 @@ inline void store_elem(int dtype, void* base, int64_t index, double x) {
   std::memcpy(bytes, &h, sizeof h);
 }
 
-// ---- Test problems and layouts -------------------------------------------------------------------
+// ---- Test problems and layouts ------------------------------------------------------------------
 
 // Where one (batch, seq, head, dim) tensor lives: its first element's index in its buffer (q, k
 // and v share the input buffer, o has the output buffer), and element strides (dim contiguous).
@@ -299,15 +299,18 @@ inline fa_config make_config(const TestProblem& p) {
   return c;
 }
 
+// base + offset elements of the dtype (host or device pointers alike: no access is made).
 inline const void* elem_ptr(const void* base, int dtype, int64_t offset) {
-  return static_cast<const unsigned char*>(base) + offset * static_cast<int64_t>(dtype_bytes(dtype));
+  const auto bytes = offset * static_cast<int64_t>(dtype_bytes(dtype));
+  return static_cast<const unsigned char*>(base) + bytes;
 }
 
 inline void* elem_ptr(void* base, int dtype, int64_t offset) {
-  return static_cast<unsigned char*>(base) + offset * static_cast<int64_t>(dtype_bytes(dtype));
+  const auto bytes = offset * static_cast<int64_t>(dtype_bytes(dtype));
+  return static_cast<unsigned char*>(base) + bytes;
 }
 
-// ---- Data: random inputs, poisoned outputs -------------------------------------------------------
+// ---- Data: random inputs, poisoned outputs ------------------------------------------------------
 
 // Fills n elements with values uniform in [-1, -1/64] U [1/64, 1], rounded to the dtype: never 0
 // or tiny, so a dropped term shows. Bits come straight from std::mt19937_64 (fully specified by
@@ -366,7 +369,7 @@ inline HostBuffers make_buffers(const TestProblem& p, uint64_t seed) {
   return h;
 }
 
-// ---- Naive references ----------------------------------------------------------------------------
+// ---- Naive references ---------------------------------------------------------------------------
 
 // o is packed [batch, seqlen_q, heads_q, head_dim], lse is [batch, heads_q, seqlen_q]; a row with
 // no visible key has o = 0 and lse = -inf.
@@ -497,7 +500,7 @@ inline Reference reference_same_precision(const TestProblem& p, const void* in) 
   return r;
 }
 
-// ---- Error metrics -------------------------------------------------------------------------------
+// ---- Error metrics ------------------------------------------------------------------------------
 
 // An element passes when |got - ref| <= atol + rtol |ref| + ulps * dtype_ulp(dtype, ref).
 struct Tolerance {

@@ -89,6 +89,8 @@ fa_test::HostBuffers check_forward(const CpuContext& ctx, const TestProblem& p, 
 
 }  // namespace
 
+TEST_SUITE("cpu") {
+
 TEST_CASE("cpu forward: sequence lengths, equal and unequal, causal and not") {
   const CpuContext ctx;
   const int64_t lengths[][2] = {{1, 1},   {1, 17},  {17, 1},   {17, 64}, {64, 64},
@@ -244,3 +246,5 @@ TEST_CASE("cpu forward: lse may be NULL") {
     check_forward(ctx, p, ++seed, false);
   }
 }
+
+}  // TEST_SUITE

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,12 @@
 namespace {
 
 using namespace fa_test;
+
+fa_context_t* g_ctx = nullptr;
+uint64_t g_seed = 0;    // fresh per run (printed), or FA_TEST_SEED to reproduce one
+double g_worst = 0.0;   // the largest (o error) / (its bound) seen
+std::string g_worst_what;
+
 
 #define CUDA_OK(call) REQUIRE_MESSAGE((call) == cudaSuccess, #call)
 
@@ -147,9 +154,13 @@ void run_and_check(fa_plan_t* plan, Checked& c, DeviceBuffers& dev, std::string 
   CHECK_FALSE(eo.non_finite);
   CHECK(el.n_bad == 0);
   CHECK(output_padding_intact(p, c.host.out.data()));
+  double ratio = eo.max_abs / (2 * c.naive_err + atol);
+  if (ratio > g_worst) {
+    g_worst = ratio;
+    g_worst_what = what + " (max error " + std::to_string(eo.max_abs) + ", naive same-precision " +
+                   std::to_string(c.naive_err) + ")";
+  }
 }
-
-fa_context_t* g_ctx = nullptr;
 
 }  // namespace
 
@@ -167,7 +178,9 @@ TEST_CASE("every registered kernel matches the CPU backend") {
     REQUIRE(fa_kernel_get(i, &kc) == FA_STATUS_SUCCESS);
     std::string name = name_of(kc);
     auto key = std::make_pair(kc.dtype, kc.d_head);
-    if (!problems.count(key)) problems[key] = problems_for(kc.dtype, kc.d_head, 1000 * key.first + key.second);
+    if (!problems.count(key)) {
+      problems[key] = problems_for(kc.dtype, kc.d_head, g_seed + 1000 * key.first + key.second);
+    }
     for (Checked& c : problems[key]) {
       fa_config cfg = make_config(c.p);
       fa_plan_t* plan = nullptr;
@@ -184,12 +197,13 @@ TEST_CASE("every registered kernel matches the CPU backend") {
     }
     ++checked_kernels;
   }
-  MESSAGE(checked_kernels << " kernels checked on " << 4 << " problems each");
+  MESSAGE(checked_kernels << " kernels checked on 4 problems each; worst o error / bound = "
+                          << g_worst << ": " << g_worst_what);
 }
 
 TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured plan replays") {
   for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-    std::vector<Checked> cases = problems_for(dtype, 128, 77 + dtype);
+    std::vector<Checked> cases = problems_for(dtype, 128, g_seed + 77 + dtype);
     for (Checked& c : cases) {
       TestProblem const& p = c.p;
       DeviceBuffers dev(p, c.host);
@@ -233,9 +247,49 @@ TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured pla
   }
 }
 
+TEST_CASE("a kernel recorded with fa_context_set_kernel is used for its shape") {
+  TestProblem p = make_problem(FA_DTYPE_BF16, 1, 256, 256, 4, 4, 128, false);
+  fa_config cfg = make_config(p);
+  fa_plan_t* plan = nullptr;
+  REQUIRE(fa_plan_create(g_ctx, &cfg, &plan) == FA_STATUS_SUCCESS);
+  fa_kernel_config chosen, other;
+  REQUIRE(fa_kernel_config_init(&chosen) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_kernel_config_init(&other) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_plan_kernel(plan, &chosen) == FA_STATUS_SUCCESS);
+  fa_plan_destroy(plan);
+  // Any other registered kernel of this dtype and head dim.
+  bool found = false;
+  for (size_t i = 0; i < fa_kernel_count() && !found; ++i) {
+    REQUIRE(fa_kernel_get(i, &other) == FA_STATUS_SUCCESS);
+    found = other.dtype == FA_DTYPE_BF16 && other.d_head == 128 && name_of(other) != name_of(chosen);
+  }
+  REQUIRE(found);
+  fa_context_t* ctx = nullptr;
+  REQUIRE(fa_context_create(0, &ctx) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_context_set_kernel(ctx, &cfg, &other) == FA_STATUS_SUCCESS);
+  size_t tuned = 0;
+  REQUIRE(fa_context_tuned_count(ctx, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 1);
+  REQUIRE(fa_plan_create(ctx, &cfg, &plan) == FA_STATUS_SUCCESS);
+  fa_kernel_config used;
+  REQUIRE(fa_kernel_config_init(&used) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_plan_kernel(plan, &used) == FA_STATUS_SUCCESS);
+  CHECK(name_of(used) == name_of(other));
+  fa_plan_destroy(plan);
+  // A shape the kernel cannot run is refused and not recorded.
+  fa_config odd = cfg;
+  odd.seqlen_q = odd.seqlen_k = 1024 + 16;
+  odd.q_batch_stride = odd.o_batch_stride = odd.seqlen_q * 4 * 128;
+  odd.k_batch_stride = odd.v_batch_stride = odd.seqlen_k * 4 * 128;
+  CHECK(fa_context_set_kernel(ctx, &odd, &other) == FA_STATUS_KERNEL_NOT_AVAILABLE);
+  REQUIRE(fa_context_tuned_count(ctx, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 1);
+  fa_context_destroy(ctx);
+}
+
 TEST_CASE("GPU error paths: status, message, outputs untouched") {
   TestProblem p = make_problem(FA_DTYPE_BF16, 1, 128, 128, 2, 2, 128, false);
-  HostBuffers host = make_buffers(p, 5);
+  HostBuffers host = make_buffers(p, g_seed + 5);
   DeviceBuffers dev(p, host);
   auto expect = [&](fa_config const& cfg, fa_status status, char const* mentions,
                     void const* q = nullptr, void* o = nullptr) {
@@ -306,6 +360,13 @@ int main(int argc, char** argv) {
     std::printf("cannot create a context on device 0: %s\n", fa_last_error_detail());
     return 1;
   }
+  if (char const* seed = std::getenv("FA_TEST_SEED")) {
+    g_seed = std::strtoull(seed, nullptr, 10);
+  } else {
+    g_seed = std::random_device{}();
+  }
+  std::printf("random seed %llu (set FA_TEST_SEED to reproduce)\n",
+              static_cast<unsigned long long>(g_seed));
   doctest::Context context(argc, argv);
   int result = context.run();
   fa_context_destroy(g_ctx);

@@ -1,0 +1,28 @@
+# Installs the build into a scratch prefix, then builds and runs a consumer through
+# find_package(flashattn), and checks the pkg-config file.
+set(prefix "${BUILD_DIR}/install-test/prefix")
+set(consumer "${BUILD_DIR}/install-test/consumer")
+file(REMOVE_RECURSE "${BUILD_DIR}/install-test")
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "failed: ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+run("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}")
+foreach(f include/flashattn.h lib/libflashattn.so.0 lib/cmake/flashattn/flashattnConfig.cmake
+          lib/cmake/flashattn/flashattnConfigVersion.cmake lib/pkgconfig/flashattn.pc)
+  if(NOT EXISTS "${prefix}/${f}")
+    message(FATAL_ERROR "not installed: ${f}")
+  endif()
+endforeach()
+run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/tests/install" -B "${consumer}"
+    "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_C_COMPILER=${C_COMPILER}")
+run("${CMAKE_COMMAND}" --build "${consumer}")
+run("${consumer}/consumer")
+message(STATUS "${last_output}")
+file(READ "${prefix}/lib/pkgconfig/flashattn.pc" pc)
+if(NOT pc MATCHES "Libs: -L\\$\\{libdir\\} -lflashattn" OR NOT pc MATCHES "Version: ${VERSION}")
+  message(FATAL_ERROR "unexpected flashattn.pc:\n${pc}")
+endif()
