@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <memory>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
@@ -285,6 +288,51 @@ TEST_CASE("a kernel recorded with fa_context_set_kernel is used for its shape") 
   REQUIRE(fa_context_tuned_count(ctx, &tuned) == FA_STATUS_SUCCESS);
   CHECK(tuned == 1);
   fa_context_destroy(ctx);
+}
+
+TEST_CASE("one GPU context used from many threads, each on its own stream") {
+  constexpr int kThreads = 6;
+  std::vector<Checked> cases = problems_for(FA_DTYPE_BF16, 128, g_seed + 99);
+  // Per thread: its own device buffers, stream and expected output (a single-threaded run).
+  std::vector<std::unique_ptr<DeviceBuffers>> devs;
+  std::vector<std::vector<unsigned char>> expected(kThreads);
+  std::vector<cudaStream_t> streams(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    Checked& c = cases[t % cases.size()];
+    devs.push_back(std::make_unique<DeviceBuffers>(c.p, c.host));
+    CUDA_OK(cudaStreamCreateWithFlags(&streams[t], cudaStreamNonBlocking));
+    devs[t]->poison(c.p);
+    fa_config cfg = make_config(c.p);
+    REQUIRE(fa_forward(g_ctx, &cfg, devs[t]->q(c.p), devs[t]->k(c.p), devs[t]->v(c.p),
+                       devs[t]->o(c.p), devs[t]->lse, nullptr) == FA_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    expected[t].resize(devs[t]->out_bytes);
+    CUDA_OK(cudaMemcpy(expected[t].data(), devs[t]->out, devs[t]->out_bytes, cudaMemcpyDeviceToHost));
+    devs[t]->poison(c.p);
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Checked const& c = cases[t % cases.size()];
+      fa_config cfg = make_config(c.p);
+      for (int it = 0; it < 20; ++it) {
+        fa_status s = fa_forward(g_ctx, &cfg, devs[t]->q(c.p), devs[t]->k(c.p), devs[t]->v(c.p),
+                                 devs[t]->o(c.p), devs[t]->lse,
+                                 reinterpret_cast<fa_stream_t>(streams[t]));
+        if (s != FA_STATUS_SUCCESS) ++failures;
+      }
+      if (cudaStreamSynchronize(streams[t]) != cudaSuccess) ++failures;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  CHECK(failures == 0);
+  for (int t = 0; t < kThreads; ++t) {
+    std::vector<unsigned char> got(devs[t]->out_bytes);
+    CUDA_OK(cudaMemcpy(got.data(), devs[t]->out, got.size(), cudaMemcpyDeviceToHost));
+    CHECK_MESSAGE(got == expected[t], "thread " << t << " differs from the single-threaded run");
+    cudaStreamDestroy(streams[t]);
+  }
 }
 
 TEST_CASE("GPU error paths: status, message, outputs untouched") {
