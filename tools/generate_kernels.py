@@ -24,7 +24,7 @@ import sys
 DTYPE_CODES = {"fp16": 1, "bf16": 2}  # fa_dtype values; FP16 sorts first, as in the seed
 DTYPE_NAMES = {1: "FP16", 2: "BF16"}
 DTYPE_CPP = {1: "DType::kFP16", 2: "DType::kBF16"}
-KERNEL_SETS = ("seed", "autotune", "progression")
+KERNEL_SETS = ("seed", "autotune", "progression", "sweep")
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 
 
@@ -88,8 +88,10 @@ def autotune_configs(dtype, d_head):
     return [c for c in (KernelConfig(dtype, *p) for p in space) if should_autotune(c)]
 
 
-def progression_configs(dtype, d_head):
-    """The seed's seven blog steps, all at (B_r, B_c, n_warps) = (64, 64, 4)."""
+def progression_configs(dtype, d_head, all_block_sizes=False):
+    """The seed's seven blog steps at (B_r, B_c, n_warps) = (64, 64, 4); with all_block_sizes, each
+    step at every (B_r, B_c, n_warps) in {128, 64} x {128, 64, 32} x {4, 8} without B_r = 64 at 8
+    warps or B_r < B_c (the seed's get_kernel_progression_configs(all_block_sizes=True))."""
     steps = [  # async, eager, swizzled, Q, K, V, buffer, opt_softmax
         (True, False, False, 0, 0, 0, False, False),
         (True, False, True, 0, 0, 0, False, False),
@@ -99,7 +101,11 @@ def progression_configs(dtype, d_head):
         (True, True, True, 2, 2, 2, True, True),
         (True, True, True, 0, 2, 2, False, True),
     ]
-    return [KernelConfig(dtype, d_head, 64, 64, 4, *s) for s in steps]
+    shapes = [(64, 64, 4)]
+    if all_block_sizes:
+        shapes = [(r, c, w) for r, c, w in itertools.product([128, 64], [128, 64, 32], [4, 8])
+                  if not (r < 128 and w == 8) and r >= c]
+    return [KernelConfig(dtype, d_head, r, c, w, *s) for r, c, w in shapes for s in steps]
 
 
 def select(kernel_set, dtypes, head_dims):
@@ -109,6 +115,9 @@ def select(kernel_set, dtypes, head_dims):
             configs.update(autotune_configs(dtype, d))
         if kernel_set in ("seed", "progression"):
             configs.update(progression_configs(dtype, d))
+        if kernel_set == "sweep":  # everything the seed ever named, for tuning runs
+            configs.update(autotune_configs(dtype, d))
+            configs.update(progression_configs(dtype, d, all_block_sizes=True))
     return sorted(configs)
 
 

@@ -120,7 +120,7 @@ fa_status build_plan(fa_context_s* ctx, fa_config const* config, fa::KernelConfi
   } else if (fa_status s = choose_cached(ctx, p, &plan->kernel); s != FA_STATUS_SUCCESS) {
     return s;
   }
-  plan->params = fa::cuda::make_params(p);
+  plan->params = fa::cuda::make_params(plan->kernel->config, p);
   plan->grid = fa::cuda::make_grid(plan->kernel->config, p);
   return FA_STATUS_SUCCESS;
 }

@@ -145,14 +145,9 @@ fa_status check_problem(Problem const& p) {
                   s.name, s.value);
     }
   }
-  if (p.heads_q > 65535 || p.batch > 65535) {
-    return fail(FA_STATUS_UNSUPPORTED,
-                "heads_q = %" PRId64 " and batch = %" PRId64 " must be at most 65535 (grid y and z)",
-                p.heads_q, p.batch);
-  }
-  if (p.seqlen_q > INT32_MAX || p.seqlen_k > INT32_MAX) {
-    return fail(FA_STATUS_UNSUPPORTED, "seqlen_q = %" PRId64 " and seqlen_k = %" PRId64
-                " must be below 2^31", p.seqlen_q, p.seqlen_k);
+  if (p.seqlen_q > INT32_MAX || p.seqlen_k > INT32_MAX || p.heads_q > INT32_MAX) {
+    return fail(FA_STATUS_UNSUPPORTED, "seqlen_q = %" PRId64 ", seqlen_k = %" PRId64
+                " and heads_q = %" PRId64 " must be below 2^31", p.seqlen_q, p.seqlen_k, p.heads_q);
   }
   return FA_STATUS_SUCCESS;
 }
@@ -165,14 +160,10 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (k.d_head != p.head_dim) {
     return say("d_head differs from fa_config.head_dim = " + std::to_string(p.head_dim));
   }
-  if (p.causal) return say("causal masking is not implemented by this kernel family yet");
-  if (p.seqlen_q % k.B_r != 0) {
-    return say("seqlen_q = " + std::to_string(p.seqlen_q) + " is not a multiple of B_r = " +
-               std::to_string(k.B_r) + " (tails are not implemented yet)");
-  }
-  if (p.seqlen_k % k.B_c != 0) {
-    return say("seqlen_k = " + std::to_string(p.seqlen_k) + " is not a multiple of B_c = " +
-               std::to_string(k.B_c) + " (tails are not implemented yet)");
+  // One thread block per (query block, head, batch), on a one-dimensional grid.
+  int64_t const blocks = (p.seqlen_q + k.B_r - 1) / k.B_r * p.heads_q * p.batch;
+  if (blocks > INT32_MAX) {
+    return say("the grid of " + std::to_string(blocks) + " thread blocks exceeds 2^31 - 1");
   }
   return {};
 }
@@ -209,7 +200,7 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
               int(p.dtype), p.head_dim, p.seqlen_q, p.seqlen_k, int(p.causal), reason.c_str());
 }
 
-ForwardParams make_params(Problem const& p) {
+ForwardParams make_params(KernelConfig const& k, Problem const& p) {
   ForwardParams f{};
   f.q_batch_stride = p.q.batch;
   f.q_seq_stride = p.q.seq;
@@ -227,6 +218,9 @@ ForwardParams make_params(Problem const& p) {
   f.seqlen_k = static_cast<int32_t>(p.seqlen_k);
   f.heads_q = static_cast<int32_t>(p.heads_q);
   f.q_heads_per_kv = static_cast<int32_t>(p.heads_q / p.heads_kv);
+  f.n_q_blocks = static_cast<int32_t>((p.seqlen_q + k.B_r - 1) / k.B_r);
+  f.causal = p.causal ? 1 : 0;
+  f.causal_offset = static_cast<int32_t>(p.seqlen_k - p.seqlen_q);
   constexpr double kLog2e = 1.4426950408889634;
   f.scale_log2 = static_cast<float>(p.softmax_scale * kLog2e);
   f.softmax_scale = p.softmax_scale;
@@ -234,8 +228,7 @@ ForwardParams make_params(Problem const& p) {
 }
 
 dim3 make_grid(KernelConfig const& k, Problem const& p) {
-  return dim3(static_cast<unsigned>((p.seqlen_q + k.B_r - 1) / k.B_r),
-              static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+  return dim3(static_cast<unsigned>((p.seqlen_q + k.B_r - 1) / k.B_r * p.heads_q * p.batch));
 }
 
 fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams params, dim3 grid,

@@ -33,8 +33,8 @@ std::string cannot_run(KernelConfig const& k, Problem const& p);
 // Picks a kernel of `device` for `p`, or fails with FA_STATUS_UNSUPPORTED and the reason.
 fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out);
 
-// Launch arguments for `p` without tensor pointers, and the grid.
-ForwardParams make_params(Problem const& p);
+// Launch arguments of kernel `k` for `p` without tensor pointers, and its grid.
+ForwardParams make_params(KernelConfig const& k, Problem const& p);
 dim3 make_grid(KernelConfig const& k, Problem const& p);
 
 // Checks the tensor pointers (non-NULL, 16-byte aligned) and launches on `stream` on the device.

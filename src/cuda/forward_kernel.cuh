@@ -80,10 +80,13 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 }
 
 // Copies a kRows x d_head tile from global memory (row stride `ld` elements) into shared memory.
-// Thread t moves the 16-byte chunk t % 8 of rows t / 8, t / 8 + kCopyRows, ... in each slab.
-template <KernelConfig C, int kRows>
+// Thread t moves the 16-byte chunk t % 8 of rows t / 8, t / 8 + kCopyRows, ... in each slab. With
+// kBounded, rows at or past `rows` (the end of the sequence) are filled with zeros instead: zero K
+// rows give finite scores that the mask then removes, and zero V rows meet P = 0, never 0 * NaN.
+template <KernelConfig C, int kRows, bool kBounded>
 __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem,
-                                          typename Traits<C>::T const* gmem, int64_t ld, int tid) {
+                                          typename Traits<C>::T const* gmem, int64_t ld, int tid,
+                                          int rows) {
   using Tr = Traits<C>;
   constexpr int kPasses = kRows / Tr::kCopyRows;
   int row0 = tid / 8;
@@ -93,7 +96,13 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem,
       static_for<kPasses>([&](auto i) {
         int row = row0 + decltype(i)::value * Tr::kCopyRows;
         int col = decltype(s)::value * 64 + col0;
-        ptx::cp_async_16(smem + tile_offset<kRows, C.swizzled>(row, col), gmem + row * ld + col);
+        auto* dst = smem + tile_offset<kRows, C.swizzled>(row, col);
+        if constexpr (kBounded) {
+          bool valid = row < rows;
+          ptx::cp_async_16_zfill(dst, gmem + (valid ? row * ld : 0) + col, valid);
+        } else {
+          ptx::cp_async_16(dst, gmem + row * ld + col);
+        }
       });
     });
   } else {
@@ -103,7 +112,11 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem,
       static_for<kPasses>([&](auto i) {
         int row = row0 + decltype(i)::value * Tr::kCopyRows;
         int col = decltype(s)::value * 64 + col0;
-        staged[s][i] = *reinterpret_cast<uint4 const*>(gmem + row * ld + col);
+        if (!kBounded || row < rows) {
+          staged[s][i] = *reinterpret_cast<uint4 const*>(gmem + row * ld + col);
+        } else {
+          staged[s][i] = make_uint4(0, 0, 0, 0);
+        }
       });
     });
     static_for<Tr::kSlabs>([&](auto s) {
@@ -113,6 +126,18 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem,
         *reinterpret_cast<uint4*>(smem + tile_offset<kRows, C.swizzled>(row, col)) = staged[s][i];
       });
     });
+  }
+}
+
+// load_tile for a block that may be the partial last one of its sequence.
+template <KernelConfig C, int kRows>
+__device__ __forceinline__ void load_block(typename Traits<C>::T* smem,
+                                           typename Traits<C>::T const* gmem, int64_t ld, int tid,
+                                           int rows) {
+  if (rows >= kRows) {
+    load_tile<C, kRows, false>(smem, gmem, ld, tid, rows);
+  } else {
+    load_tile<C, kRows, true>(smem, gmem, ld, tid, rows);
   }
 }
 
@@ -171,10 +196,15 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   int const tid = threadIdx.x;
   int const warp = tid / 32;
   int const lane = tid % 32;
-  int const head = blockIdx.y;
+
+  // Blocks of one (batch, head) are adjacent, so blocks running together share K/V in L2; within it
+  // the last query block runs first, as under causal masking it has the most keys to visit.
+  int const q_block = p.n_q_blocks - 1 - static_cast<int>(blockIdx.x % p.n_q_blocks);
+  int const head = static_cast<int>((blockIdx.x / p.n_q_blocks) % p.heads_q);
+  int64_t const batch = blockIdx.x / (static_cast<int64_t>(p.n_q_blocks) * p.heads_q);
   int const kv_head = head / p.q_heads_per_kv;
-  int64_t const batch = blockIdx.z;
-  int64_t const q_row0 = int64_t(blockIdx.x) * C.B_r;
+  int const q_row0 = q_block * C.B_r;
+  int const q_rows = min(C.B_r, p.seqlen_q - q_row0);
 
   T const* gQ = static_cast<T const*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
                 q_row0 * p.q_seq_stride;
@@ -182,7 +212,21 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   T const* gV = static_cast<T const*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
   T* gO = static_cast<T*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
           q_row0 * p.o_seq_stride;
-  int const n_blocks = p.seqlen_k / C.B_c;
+
+  // Key blocks to visit: all of them, or under the causal mask those holding a key visible to the
+  // block's last row (blocks entirely above the diagonal are skipped, not computed).
+  int n_blocks = (p.seqlen_k + C.B_c - 1) / C.B_c;
+  if (p.causal) {
+    int const last_key = q_row0 + q_rows - 1 + p.causal_offset;
+    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / C.B_c + 1);
+  }
+  // A block needs masking when it runs past seqlen_k, or when under the causal mask some key in it
+  // is invisible to the block's first row.
+  auto needs_mask = [&](int block) {
+    int const end = (block + 1) * C.B_c;
+    return end > p.seqlen_k || (p.causal && end - 1 > q_row0 + p.causal_offset);
+  };
+  auto kv_rows = [&](int block) { return p.seqlen_k - block * C.B_c; };
   int64_t const k_block_step = int64_t(C.B_c) * p.k_seq_stride;
   int64_t const v_block_step = int64_t(C.B_c) * p.v_seq_stride;
 
@@ -197,12 +241,18 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   int const k_ld_col = lane & 8;
   int const v_ld_row = lane % 16;
   int const v_ld_col = (lane / 16) * 8;
+  // Accumulator coordinates: lane (g, t) holds rows g and g + 8 of each m16 tile and columns
+  // 2t, 2t + 1 of each n8 tile.
+  int const g = lane / 4;
+  int const t = lane % 4;
 
-  load_tile<C, C.B_r>(sQ, gQ, p.q_seq_stride, tid);
+  load_block<C, C.B_r>(sQ, gQ, p.q_seq_stride, tid, q_rows);
   commit_loads<C>();
   if constexpr (C.eager_load_blocks) {
-    load_tile<C, C.B_c>(sK, gK, p.k_seq_stride, tid);
-    commit_loads<C>();
+    if (n_blocks > 0) {
+      load_block<C, C.B_c>(sK, gK, p.k_seq_stride, tid, kv_rows(0));
+      commit_loads<C>();
+    }
   }
 
   uint32_t q_frag[Tr::kDSteps][kMT][4];
@@ -214,7 +264,11 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     });
   };
   if constexpr (Tr::kQResident) {
-    wait_loads<C, C.eager_load_blocks ? 1 : 0>();  // Q landed; K[0] may still be in flight
+    if (C.eager_load_blocks && n_blocks > 0) {
+      wait_loads<C, 1>();  // Q landed; K[0] may still be in flight
+    } else {
+      wait_loads<C, 0>();
+    }
     __syncthreads();
     static_for<Tr::kDSteps>(load_q);
   }
@@ -230,14 +284,14 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   auto process_block = [&](int block, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
     if constexpr (!C.eager_load_blocks) {
-      load_tile<C, C.B_c>(sK, gK + block * k_block_step, p.k_seq_stride, tid);
+      load_block<C, C.B_c>(sK, gK + block * k_block_step, p.k_seq_stride, tid, kv_rows(block));
       commit_loads<C>();
     }
     // K[block] visible to all warps; every warp is past its P V on the previous V tile.
     wait_loads<C, 0>();
     __syncthreads();
     if constexpr (C.eager_load_blocks) {  // V[block] streams in under Q K^T
-      load_tile<C, C.B_c>(sV, gV + block * v_block_step, p.v_seq_stride, tid);
+      load_block<C, C.B_c>(sV, gV + block * v_block_step, p.v_seq_stride, tid, kv_rows(block));
       commit_loads<C>();
     }
 
@@ -260,12 +314,14 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         },
         [&](auto kt) {
           static_for<Tr::kKeyTiles>([&](auto n) {
-            static_for<kMT>([&](auto mt) { ptx::mma_m16n8k16<T>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]); });
+            static_for<kMT>([&](auto mt) {
+              ptx::mma_m16n8k16<T>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]);
+            });
           });
         });
 
     if constexpr (!C.eager_load_blocks) {
-      load_tile<C, C.B_c>(sV, gV + block * v_block_step, p.v_seq_stride, tid);
+      load_block<C, C.B_c>(sV, gV + block * v_block_step, p.v_seq_stride, tid, kv_rows(block));
       commit_loads<C>();
     }
     // V[block] visible; every warp is done reading K[block].
@@ -273,13 +329,30 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     __syncthreads();
     if constexpr (C.eager_load_blocks) {  // K[block + 1] streams in under softmax and P V
       if (block + 1 < n_blocks) {
-        load_tile<C, C.B_c>(sK, gK + (block + 1) * k_block_step, p.k_seq_stride, tid);
+        load_block<C, C.B_c>(sK, gK + (block + 1) * k_block_step, p.k_seq_stride, tid,
+                             kv_rows(block + 1));
         commit_loads<C>();
       }
     }
 
-    // Online softmax. Lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of each m16 tile
-    // (accumulator elements {0,1} and {2,3}); the 4 lanes of a quad together hold a whole row.
+    // Keys past seqlen_k, or after the row's causal limit, score -inf.
+    if (needs_mask(block)) {
+      static_for<kMT>([&](auto mt) {
+        static_for<2>([&](auto h) {
+          int const row = q_row0 + warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g +
+                          8 * decltype(h)::value;
+          int const limit = p.causal ? min(p.seqlen_k - 1, row + p.causal_offset) : p.seqlen_k - 1;
+          static_for<Tr::kKeyTiles>([&](auto n) {
+            static_for<2>([&](auto e) {
+              int const key = block * C.B_c + decltype(n)::value * 8 + 2 * t + decltype(e)::value;
+              if (key > limit) s[mt][n][2 * decltype(h)::value + decltype(e)::value] = -INFINITY;
+            });
+          });
+        });
+      });
+    }
+
+    // Online softmax. The 4 lanes of a quad together hold a whole row.
     static_for<kMT>([&](auto mt) {
       static_for<2>([&](auto h) {
         constexpr int kH = decltype(h)::value;
@@ -290,10 +363,13 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
         float const new_max = kFirst ? block_max : fmaxf(row_max[mt][kH], block_max);
+        // A row that has seen no visible key yet keeps max -inf: exponentiate against 0 instead,
+        // so its (all -inf) scores give 0 rather than exp2(-inf + inf) = NaN.
+        float const max_scaled = new_max == -INFINITY ? 0.f : new_max * p.scale_log2;
         if constexpr (!kFirst) {
-          // The first call without optimized_softmax sees row_max = -inf: the factor is 0, and
-          // O and l are still 0.
-          float const rescale = ptx::exp2_approx((row_max[mt][kH] - new_max) * p.scale_log2);
+          // Without optimized_softmax the first block also comes here, with row_max = -inf: the
+          // factor is 0, and O and l are still 0.
+          float const rescale = ptx::exp2_approx(row_max[mt][kH] * p.scale_log2 - max_scaled);
           row_sum[mt][kH] *= rescale;
           static_for<Tr::kDTiles>([&](auto dn) {
             o_acc[mt][dn][2 * kH] *= rescale;
@@ -301,12 +377,11 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
           });
         }
         row_max[mt][kH] = new_max;
-        float const offset = -new_max * p.scale_log2;
         float sum = 0.f;
         static_for<Tr::kKeyTiles>([&](auto n) {
           static_for<2>([&](auto e) {
             float& x = s[mt][n][2 * kH + decltype(e)::value];
-            x = ptx::exp2_approx(fmaf(x, p.scale_log2, offset));
+            x = ptx::exp2_approx(fmaf(x, p.scale_log2, -max_scaled));
             sum += x;
           });
         });
@@ -345,37 +420,44 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         },
         [&](auto kt) {
           static_for<Tr::kDTiles>([&](auto dn) {
-            static_for<kMT>([&](auto mt) { ptx::mma_m16n8k16<T>(o_acc[mt][dn], p_frag[kt][mt], v_frag[kt][dn]); });
+            static_for<kMT>([&](auto mt) {
+              ptx::mma_m16n8k16<T>(o_acc[mt][dn], p_frag[kt][mt], v_frag[kt][dn]);
+            });
           });
         });
   };
 
   if constexpr (C.optimized_softmax) {
     // The first block sets the running max and sum outright instead of rescaling zeros.
-    process_block(0, std::true_type{});
+    if (n_blocks > 0) process_block(0, std::true_type{});
     for (int block = 1; block < n_blocks; ++block) process_block(block, std::false_type{});
   } else {
     for (int block = 0; block < n_blocks; ++block) process_block(block, std::false_type{});
   }
+  if (n_blocks == 0) {
+    // A causal block above the diagonal visits no key block, so nothing has waited for its Q
+    // copy yet; it must land before O overwrites Q's region.
+    wait_loads<C, 0>();
+    __syncthreads();
+  }
 
-  // Epilogue: finish the row sums across each quad, normalise, write LSE and O.
-  int const g = lane / 4;
-  int const t = lane % 4;
+  // Epilogue: finish the row sums across each quad, normalise, write LSE and O. A row without any
+  // visible key has sum 0: its output is 0 and its LSE -inf.
   static_for<kMT>([&](auto mt) {
     static_for<2>([&](auto h) {
       constexpr int kH = decltype(h)::value;
       float sum = row_sum[mt][kH];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      float const inv = 1.f / sum;
+      float const inv = sum > 0.f ? 1.f / sum : 0.f;
       static_for<Tr::kDTiles>([&](auto dn) {
         o_acc[mt][dn][2 * kH] *= inv;
         o_acc[mt][dn][2 * kH + 1] *= inv;
       });
       int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
-      if (p.lse != nullptr && t == 0) {
+      if (p.lse != nullptr && t == 0 && row < q_rows) {
         p.lse[(batch * p.heads_q + head) * p.seqlen_q + q_row0 + row] =
-            row_max[mt][kH] * p.softmax_scale + logf(sum);
+            sum > 0.f ? row_max[mt][kH] * p.softmax_scale + logf(sum) : -INFINITY;
       }
       static_for<Tr::kDTiles>([&](auto dn) {
         int const col = decltype(dn)::value * 8;
@@ -390,8 +472,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     static_for<kPasses>([&](auto i) {
       int const row = tid / 8 + decltype(i)::value * Tr::kCopyRows;
       int const col = decltype(s)::value * 64 + (tid % 8) * 8;
-      *reinterpret_cast<uint4*>(gO + row * p.o_seq_stride + col) =
-          *reinterpret_cast<uint4 const*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col));
+      if (row < q_rows) {
+        *reinterpret_cast<uint4*>(gO + row * p.o_seq_stride + col) =
+            *reinterpret_cast<uint4 const*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col));
+      }
     });
   });
 }

@@ -19,6 +19,9 @@ struct ForwardParams {
   int32_t seqlen_k;
   int32_t heads_q;
   int32_t q_heads_per_kv;  // heads_q / heads_kv
+  int32_t n_q_blocks;      // ceil(seqlen_q / B_r); the grid is n_q_blocks * heads_q * batch blocks
+  int32_t causal;          // key j is visible to query i iff j <= i + causal_offset
+  int32_t causal_offset;   // seqlen_k - seqlen_q (bottom-right alignment)
   float scale_log2;        // softmax_scale * log2(e): scores go through exp2
   float softmax_scale;     // for the natural-log LSE
 };

@@ -16,7 +16,7 @@ struct KernelEntry {
   cudaError_t (*prepare)();
   // Reads the kernel's attributes on the current device; fails when no compiled image runs there.
   cudaError_t (*attributes)(cudaFuncAttributes* out);
-  // Launches grid (ceil(seqlen_q / B_r), heads_q, batch) on `stream`; returns the launch error.
+  // Launches grid (ceil(seqlen_q / B_r) * heads_q * batch) on `stream`; returns the launch error.
   cudaError_t (*launch)(ForwardParams const& params, dim3 grid, cudaStream_t stream);
 };
 

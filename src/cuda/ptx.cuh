@@ -17,6 +17,12 @@ __device__ __forceinline__ void cp_async_16(void* smem, void const* gmem) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
                "l"(gmem));
 }
+// As cp_async_16, but writes 16 zero bytes instead of reading when `valid` is false (rows past
+// the end of a sequence), so the tile never holds stale or uninitialised data.
+__device__ __forceinline__ void cp_async_16_zfill(void* smem, void const* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <thread>
 #include <random>
@@ -76,31 +77,38 @@ struct DeviceBuffers {
   }
 };
 
-// One problem with its inputs and two references: the CPU backend on fp32 copies of the inputs
-// (the accurate result) and a naive same-precision attention (the yardstick for 16-bit error).
+// One problem with its inputs, device copies, and two references: the CPU backend on fp32 copies
+// of the inputs (the accurate result) and a naive same-precision attention (the yardstick for
+// 16-bit error).
 struct Checked {
   TestProblem p;
   HostBuffers host;
   std::vector<double> ref_o, ref_lse;
   double naive_err = 0.0;  // max |naive same-precision - CPU backend| over o
+  std::unique_ptr<DeviceBuffers> dev;
 };
 
-Checked prepare(TestProblem p, uint64_t seed) {
-  Checked c{p, make_buffers(p, seed), {}, {}, 0.0};
-  // The CPU backend in fp32 on the exact same values.
+// Fills the inputs and references of `c` (no doctest assertions: runs on worker threads). Returns
+// an error message, or "" on success.
+std::string prepare(Checked& c, uint64_t seed) {
+  TestProblem const& p = c.p;
+  c.host = make_buffers(p, seed);
   TestProblem p32 = p;
   p32.dtype = FA_DTYPE_FP32;
   std::vector<float> in32(static_cast<size_t>(p.in_elems));
-  for (int64_t i = 0; i < p.in_elems; ++i) in32[i] = static_cast<float>(load_elem(p.dtype, c.host.in.data(), i));
+  for (int64_t i = 0; i < p.in_elems; ++i) {
+    in32[i] = static_cast<float>(load_elem(p.dtype, c.host.in.data(), i));
+  }
   std::vector<float> out32(static_cast<size_t>(p.out_elems));
   std::vector<float> lse32(c.host.lse.size());
   fa_context_t* cpu = nullptr;
-  REQUIRE(fa_context_create(FA_DEVICE_CPU, &cpu) == FA_STATUS_SUCCESS);
+  if (fa_context_create(FA_DEVICE_CPU, &cpu) != FA_STATUS_SUCCESS) return fa_last_error_detail();
   fa_config cfg = make_config(p32);
-  REQUIRE(fa_forward(cpu, &cfg, in32.data() + p.q.offset, in32.data() + p.k.offset,
-                     in32.data() + p.v.offset, out32.data() + p.o.offset, lse32.data(),
-                     nullptr) == FA_STATUS_SUCCESS);
+  fa_status s = fa_forward(cpu, &cfg, in32.data() + p.q.offset, in32.data() + p.k.offset,
+                           in32.data() + p.v.offset, out32.data() + p.o.offset, lse32.data(),
+                           nullptr);
   fa_context_destroy(cpu);
+  if (s != FA_STATUS_SUCCESS) return fa_last_error_detail();
   c.ref_o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * p.head_dim), 0.0);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.seqlen_q; ++i)
@@ -109,27 +117,73 @@ Checked prepare(TestProblem p, uint64_t seed) {
           c.ref_o[ref_o_index(p, b, i, h, d)] = out32[elem_index(p.o, b, i, h, d)];
   c.ref_lse.assign(lse32.begin(), lse32.end());
   c.naive_err = max_abs_diff(reference_same_precision(p, c.host.in.data()).o, c.ref_o);
-  return c;
+  return "";
 }
 
-// The problems every kernel of (dtype, d) runs: lengths are multiples of 128, so every B_r and B_c
-// in the registry divides them; together they cover Sq != Sk both ways, GQA ratios 1, 2, 4, 8,
-// batch > 1, a non-default scale, and four layouts.
+// The problems every kernel of (dtype, d) runs: every pair of lengths 1, 17, 64, 177, 1013, 1024
+// (so Sq != Sk both ways, tails of every size, and rows with no visible key under causal when
+// Sq > Sk), causal off and on, with GQA ratios 1, 2, 4, 8, batch 2 on the smaller ones, a
+// non-default scale now and then, and four layouts (packed, padded rows, [b, h, s, d], views of a
+// packed QKV tensor).
 std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
+  int64_t const lengths[] = {1, 17, 64, 177, 1013, 1024};
+  int const ratios[] = {1, 2, 4, 8};
   std::vector<Checked> out;
-  TestProblem a = make_problem(dtype, 2, 256, 384, 4, 2, d, false);  // GQA 2, packed
-  out.push_back(prepare(a, seed + 1));
-  TestProblem b = make_problem(dtype, 1, 128, 128, 8, 1, d, false);  // MQA (8), QKV-packed views
-  layout_qkv_packed(b);
-  out.push_back(prepare(b, seed + 2));
-  TestProblem c = make_problem(dtype, 3, 384, 128, 4, 4, d, false);  // MHA, padded rows, scale
-  c.scale = 0.3f;
-  layout_padded(c, 8);
-  out.push_back(prepare(c, seed + 3));
-  TestProblem e = make_problem(dtype, 1, 128, 512, 8, 2, d, false);  // GQA 4, [b, h, s, d]
-  layout_heads_major(e);
-  out.push_back(prepare(e, seed + 4));
+  int index = 0;
+  for (bool causal : {false, true}) {
+    for (int64_t sq : lengths) {
+      for (int64_t sk : lengths) {
+        bool const big = sq * sk > 200000;
+        int64_t const heads_kv = !big && index % 3 == 0 ? 2 : 1;
+        int64_t const heads_q = heads_kv * ratios[index % 4];
+        int64_t const batch = sq * sk <= 64 * 1024 ? 2 : 1;
+        TestProblem p = make_problem(dtype, batch, sq, sk, heads_q, heads_kv, d, causal,
+                                     index % 5 == 0 ? 0.3f : 0.f);
+        switch (index % 4) {
+          case 1: layout_padded(p, 8); break;
+          case 2: layout_heads_major(p); break;
+          case 3: if (sq == sk) layout_qkv_packed(p); else layout_padded(p, 16); break;
+          default: break;  // packed
+        }
+        out.push_back(Checked{p, {}, {}, {}, 0.0, nullptr});
+        ++index;
+      }
+    }
+  }
+  // References are the slow part (naive attention in double): spread them over the cores.
+  std::vector<std::string> errors(out.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  unsigned const n_workers = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i; (i = next++) < out.size();) errors[i] = prepare(out[i], seed + 31 * i);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  for (size_t i = 0; i < out.size(); ++i) {
+    INFO("problem " << i);
+    REQUIRE(errors[i] == "");
+    out[i].dev = std::make_unique<DeviceBuffers>(out[i].p, out[i].host);
+  }
   return out;
+}
+
+// problems_for(), computed once per (dtype, d) and shared by the test cases.
+std::vector<Checked>& problems(int dtype, int d) {
+  static std::map<std::pair<int, int>, std::vector<Checked>> cache;
+  auto key = std::make_pair(dtype, d);
+  if (!cache.count(key)) cache[key] = problems_for(dtype, d, g_seed + 1000 * dtype + d);
+  return cache[key];
+}
+
+std::string describe(TestProblem const& p) {
+  std::ostringstream os;
+  os << "batch " << p.batch << ", Sq " << p.seqlen_q << ", Sk " << p.seqlen_k << ", heads "
+     << p.heads_q << "/" << p.heads_kv << ", d " << p.head_dim << (p.causal ? ", causal" : "")
+     << ", strides q (" << p.q.batch_stride << ", " << p.q.seq_stride << ", " << p.q.head_stride
+     << ")";
+  return os.str();
 }
 
 std::string name_of(fa_kernel_config const& k) {
@@ -140,8 +194,9 @@ std::string name_of(fa_kernel_config const& k) {
 
 // Runs `plan` on `c` and checks O (error <= 2x the naive same-precision error + atol), LSE, and
 // that nothing outside o's view was written.
-void run_and_check(fa_plan_t* plan, Checked& c, DeviceBuffers& dev, std::string const& what) {
+void run_and_check(fa_plan_t* plan, Checked& c, std::string const& what) {
   TestProblem const& p = c.p;
+  DeviceBuffers& dev = *c.dev;
   dev.poison(p);
   REQUIRE(fa_plan_run(plan, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse, nullptr, 0,
                       nullptr) == FA_STATUS_SUCCESS);
@@ -150,9 +205,10 @@ void run_and_check(fa_plan_t* plan, Checked& c, DeviceBuffers& dev, std::string 
   double const atol = p.dtype == FA_DTYPE_BF16 ? 1e-3 : 2e-4;
   ErrorStats eo = compare_output(p, c.host.out.data(), c.ref_o, Tolerance{2 * c.naive_err + atol, 0, 0});
   ErrorStats el = compare_lse(c.host.lse.data(), c.ref_lse, Tolerance{2e-3, 0, 0});
-  INFO(what << " | o: max err " << eo.max_abs << " (bound " << 2 * c.naive_err + atol << "), bad "
-            << eo.n_bad << ", worst got " << eo.worst_got << " ref " << eo.worst_ref
-            << " | lse: max err " << el.max_abs << ", bad " << el.n_bad);
+  INFO(what << " on " << describe(p) << " | o: max err " << eo.max_abs << " (bound "
+            << 2 * c.naive_err + atol << "), bad " << eo.n_bad << ", worst got " << eo.worst_got
+            << " ref " << eo.worst_ref << " | lse: max err " << el.max_abs << ", bad " << el.n_bad
+            << ", worst got " << el.worst_got << " ref " << el.worst_ref);
   CHECK(eo.n_bad == 0);
   CHECK_FALSE(eo.non_finite);
   CHECK(el.n_bad == 0);
@@ -168,84 +224,98 @@ void run_and_check(fa_plan_t* plan, Checked& c, DeviceBuffers& dev, std::string 
 }  // namespace
 
 TEST_CASE("every registered kernel matches the CPU backend") {
-  std::map<std::pair<int, int>, std::vector<Checked>> problems;
   size_t n = fa_kernel_count();
   REQUIRE(n > 0);
   // FA_GPU_TEST_SAMPLE=N checks every N-th kernel only (for slow runs under compute-sanitizer).
   size_t step = 1;
   if (char const* sample = std::getenv("FA_GPU_TEST_SAMPLE")) step = std::max(1, std::atoi(sample));
   int checked_kernels = 0;
+  size_t checked_problems = 0;
   for (size_t i = 0; i < n; i += step) {
     fa_kernel_config kc;
     REQUIRE(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
     REQUIRE(fa_kernel_get(i, &kc) == FA_STATUS_SUCCESS);
     std::string name = name_of(kc);
-    auto key = std::make_pair(kc.dtype, kc.d_head);
-    if (!problems.count(key)) {
-      problems[key] = problems_for(kc.dtype, kc.d_head, g_seed + 1000 * key.first + key.second);
-    }
-    for (Checked& c : problems[key]) {
+    for (Checked& c : problems(kc.dtype, kc.d_head)) {
       fa_config cfg = make_config(c.p);
       fa_plan_t* plan = nullptr;
       fa_status s = fa_plan_create_with_kernel(g_ctx, &cfg, &kc, &plan);
-      INFO(name << ": " << fa_last_error_detail());
+      INFO(name << " on " << describe(c.p) << ": " << fa_last_error_detail());
       REQUIRE(s == FA_STATUS_SUCCESS);
       fa_kernel_config bound;
       REQUIRE(fa_kernel_config_init(&bound) == FA_STATUS_SUCCESS);
       REQUIRE(fa_plan_kernel(plan, &bound) == FA_STATUS_SUCCESS);
       CHECK(name_of(bound) == name);
-      DeviceBuffers dev(c.p, c.host);
-      run_and_check(plan, c, dev, name);
+      run_and_check(plan, c, name);
       fa_plan_destroy(plan);
+      ++checked_problems;
     }
     ++checked_kernels;
   }
-  MESSAGE(checked_kernels << " kernels checked on 4 problems each; worst o error / bound = "
-                          << g_worst << ": " << g_worst_what);
+  MESSAGE(checked_kernels << " kernels checked on " << checked_problems
+                          << " problems in all; worst o error / bound = " << g_worst << ": "
+                          << g_worst_what);
 }
 
 TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured plan replays") {
   for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-    std::vector<Checked> cases = problems_for(dtype, 128, g_seed + 77 + dtype);
-    for (Checked& c : cases) {
-      TestProblem const& p = c.p;
-      DeviceBuffers dev(p, c.host);
-      dev.poison(p);
-      fa_config cfg = make_config(p);
-      fa_status s = fa_forward(g_ctx, &cfg, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse, nullptr);
-      INFO(fa_last_error_detail());
-      REQUIRE(s == FA_STATUS_SUCCESS);
-      CUDA_OK(cudaDeviceSynchronize());
-      dev.fetch(c.host);
-      ErrorStats eo = compare_output(p, c.host.out.data(), c.ref_o,
-                                     Tolerance{2 * c.naive_err + 1e-3, 0, 0});
-      CHECK(eo.n_bad == 0);
+    for (int d : {64, 128, 256}) {
+      fa_kernel_config probe;
+      REQUIRE(fa_kernel_config_init(&probe) == FA_STATUS_SUCCESS);
+      bool built = false;  // the build may leave this (dtype, head dim) out
+      for (size_t i = 0; i < fa_kernel_count() && !built; ++i) {
+        REQUIRE(fa_kernel_get(i, &probe) == FA_STATUS_SUCCESS);
+        built = probe.dtype == dtype && probe.d_head == d;
+      }
+      if (!built) continue;
+      for (Checked& c : problems(dtype, d)) {
+        TestProblem const& p = c.p;
+        DeviceBuffers& dev = *c.dev;
+        fa_config cfg = make_config(p);
+        INFO(describe(p));
+        // The plan's launch is capturable: record it into a graph on a side stream, replay it.
+        fa_plan_t* plan = nullptr;
+        REQUIRE(fa_plan_create(g_ctx, &cfg, &plan) == FA_STATUS_SUCCESS);
+        fa_kernel_config chosen;
+        REQUIRE(fa_kernel_config_init(&chosen) == FA_STATUS_SUCCESS);
+        REQUIRE(fa_plan_kernel(plan, &chosen) == FA_STATUS_SUCCESS);
+        cudaStream_t stream;
+        CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        dev.poison(p);
+        cudaGraph_t graph;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        fa_status captured = fa_plan_run(plan, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse,
+                                         nullptr, 0, reinterpret_cast<fa_stream_t>(stream));
+        CUDA_OK(cudaStreamEndCapture(stream, &graph));
+        REQUIRE(captured == FA_STATUS_SUCCESS);
+        cudaGraphExec_t exec;
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        dev.fetch(c.host);
+        ErrorStats eg = compare_output(p, c.host.out.data(), c.ref_o,
+                                       Tolerance{2 * c.naive_err + 1e-3, 0, 0});
+        CHECK(eg.n_bad == 0);
+        CHECK(output_padding_intact(p, c.host.out.data()));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+        fa_plan_destroy(plan);
 
-      // The plan's launch is capturable: record it into a graph on a side stream, replay it.
-      fa_plan_t* plan = nullptr;
-      REQUIRE(fa_plan_create(g_ctx, &cfg, &plan) == FA_STATUS_SUCCESS);
-      cudaStream_t stream;
-      CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      dev.poison(p);
-      cudaGraph_t graph;
-      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      fa_status captured = fa_plan_run(plan, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse,
-                                       nullptr, 0, reinterpret_cast<fa_stream_t>(stream));
-      CUDA_OK(cudaStreamEndCapture(stream, &graph));
-      REQUIRE(captured == FA_STATUS_SUCCESS);
-      cudaGraphExec_t exec;
-      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-      CUDA_OK(cudaGraphLaunch(exec, stream));
-      CUDA_OK(cudaStreamSynchronize(stream));
-      dev.fetch(c.host);
-      ErrorStats eg = compare_output(p, c.host.out.data(), c.ref_o,
-                                     Tolerance{2 * c.naive_err + 1e-3, 0, 0});
-      CHECK(eg.n_bad == 0);
-      CHECK(output_padding_intact(p, c.host.out.data()));
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-      fa_plan_destroy(plan);
+        // The one-shot call picks the same kernel and computes the same result.
+        dev.poison(p);
+        fa_status s = fa_forward(g_ctx, &cfg, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse,
+                                 nullptr);
+        INFO(name_of(chosen) << ": " << fa_last_error_detail());
+        REQUIRE(s == FA_STATUS_SUCCESS);
+        CUDA_OK(cudaDeviceSynchronize());
+        dev.fetch(c.host);
+        ErrorStats eo = compare_output(p, c.host.out.data(), c.ref_o,
+                                       Tolerance{2 * c.naive_err + 1e-3, 0, 0});
+        ErrorStats el = compare_lse(c.host.lse.data(), c.ref_lse, Tolerance{2e-3, 0, 0});
+        CHECK(eo.n_bad == 0);
+        CHECK(el.n_bad == 0);
+      }
     }
   }
 }
@@ -279,12 +349,11 @@ TEST_CASE("a kernel recorded with fa_context_set_kernel is used for its shape") 
   REQUIRE(fa_plan_kernel(plan, &used) == FA_STATUS_SUCCESS);
   CHECK(name_of(used) == name_of(other));
   fa_plan_destroy(plan);
-  // A shape the kernel cannot run is refused and not recorded.
-  fa_config odd = cfg;
-  odd.seqlen_q = odd.seqlen_k = 1024 + 16;
-  odd.q_batch_stride = odd.o_batch_stride = odd.seqlen_q * 4 * 128;
-  odd.k_batch_stride = odd.v_batch_stride = odd.seqlen_k * 4 * 128;
-  CHECK(fa_context_set_kernel(ctx, &odd, &other) == FA_STATUS_KERNEL_NOT_AVAILABLE);
+  // A kernel that cannot run the shape (here: another dtype) is refused and not recorded.
+  fa_config other_dtype = cfg;
+  other_dtype.dtype = FA_DTYPE_FP16;
+  CHECK(fa_context_set_kernel(ctx, &other_dtype, &other) == FA_STATUS_KERNEL_NOT_AVAILABLE);
+  CHECK(std::string(fa_last_error_detail()).find("dtype") != std::string::npos);
   REQUIRE(fa_context_tuned_count(ctx, &tuned) == FA_STATUS_SUCCESS);
   CHECK(tuned == 1);
   fa_context_destroy(ctx);
@@ -292,13 +361,18 @@ TEST_CASE("a kernel recorded with fa_context_set_kernel is used for its shape") 
 
 TEST_CASE("one GPU context used from many threads, each on its own stream") {
   constexpr int kThreads = 6;
-  std::vector<Checked> cases = problems_for(FA_DTYPE_BF16, 128, g_seed + 99);
+  // Larger problems, so the threads' launches overlap: 1013/1024-row ones of the shared set.
+  std::vector<Checked*> cases;
+  for (Checked& c : problems(FA_DTYPE_BF16, 128)) {
+    if (c.p.seqlen_q >= 1013 && c.p.seqlen_k >= 1013) cases.push_back(&c);
+  }
+  REQUIRE(cases.size() >= 2);
   // Per thread: its own device buffers, stream and expected output (a single-threaded run).
   std::vector<std::unique_ptr<DeviceBuffers>> devs;
   std::vector<std::vector<unsigned char>> expected(kThreads);
   std::vector<cudaStream_t> streams(kThreads);
   for (int t = 0; t < kThreads; ++t) {
-    Checked& c = cases[t % cases.size()];
+    Checked& c = *cases[t % cases.size()];
     devs.push_back(std::make_unique<DeviceBuffers>(c.p, c.host));
     CUDA_OK(cudaStreamCreateWithFlags(&streams[t], cudaStreamNonBlocking));
     devs[t]->poison(c.p);
@@ -314,7 +388,7 @@ TEST_CASE("one GPU context used from many threads, each on its own stream") {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      Checked const& c = cases[t % cases.size()];
+      Checked const& c = *cases[t % cases.size()];
       fa_config cfg = make_config(c.p);
       for (int it = 0; it < 20; ++it) {
         fa_status s = fa_forward(g_ctx, &cfg, devs[t]->q(c.p), devs[t]->k(c.p), devs[t]->v(c.p),
@@ -364,12 +438,6 @@ TEST_CASE("GPU error paths: status, message, outputs untouched") {
   c = base;
   c.dtype = FA_DTYPE_FP32;
   expect(c, FA_STATUS_UNSUPPORTED, "FP32");
-  c = base;
-  c.seqlen_q = c.seqlen_k = 100;
-  expect(c, FA_STATUS_UNSUPPORTED, "multiple of");
-  c = base;
-  c.causal = 1;
-  expect(c, FA_STATUS_UNSUPPORTED, "causal");
   c = base;
   c.k_seq_stride += 4;
   expect(c, FA_STATUS_UNSUPPORTED, "k_seq_stride");

@@ -1,0 +1,235 @@
+// Times libflashattn's forward on the FlashAttention-paper grid and prints TFLOP/s.
+//
+//   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16] [--head-dims 64,128,256]
+//                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
+//
+// Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim), batch = 16384 / seqlen, so
+// every point moves the same 16384 tokens. FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved
+// for causal. Each point times --iters launches with CUDA events after 3 warm-up launches and
+// reports the median. Without --kernel the context's own choice runs (what fa_forward() picks);
+// --all-kernels times every registered kernel of the dtype and head dim.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashattn.h"
+
+namespace {
+
+[[noreturn]] void die(std::string const& what) {
+  std::fprintf(stderr, "flashattn_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void check(fa_status s, char const* what) {
+  if (s != FA_STATUS_SUCCESS) {
+    die(std::string(what) + ": " + fa_status_string(s) + ": " + fa_last_error_detail());
+  }
+}
+
+void check_cuda(cudaError_t e, char const* what) {
+  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+std::vector<int> parse_list(char const* text) {
+  std::vector<int> values;
+  for (char const* p = text; *p;) {
+    char* end = nullptr;
+    long v = std::strtol(p, &end, 10);
+    if (end == p || v <= 0) die(std::string("bad list: ") + text);
+    values.push_back(static_cast<int>(v));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return values;
+}
+
+std::string name_of(fa_kernel_config const& k) {
+  char buf[128];
+  check(fa_kernel_config_name(&k, buf, sizeof buf, nullptr), "fa_kernel_config_name");
+  return buf;
+}
+
+// Uniform in [-1, 1], rounded to bf16 or fp16 bits.
+std::vector<uint16_t> random_16bit(size_t n, int dtype, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<uint16_t> out(n);
+  for (uint16_t& x : out) {
+    float f = dist(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if (dtype == FA_DTYPE_BF16) {
+      x = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    } else {  // |f| <= 1: a normal or zero half; truncation is close enough for timing data
+      uint32_t e = (bits >> 23) & 0xFF;
+      uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+      x = e < 113 ? sign : static_cast<uint16_t>(sign | ((e - 112) << 10) | ((bits >> 13) & 0x3FF));
+    }
+  }
+  return out;
+}
+
+struct Options {
+  int dtype = FA_DTYPE_BF16;
+  std::vector<int> head_dims = {64, 128, 256};
+  std::vector<int> causal = {0, 1};
+  std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
+  std::string kernel;
+  bool all_kernels = false;
+  int iters = 20;
+  bool csv = false;
+};
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> char const* {
+      if (i + 1 >= argc) die("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--dtype") {
+      std::string d = next();
+      o.dtype = d == "bf16" ? FA_DTYPE_BF16 : d == "fp16" ? FA_DTYPE_FP16 : 0;
+      if (o.dtype == 0) die("--dtype must be bf16 or fp16");
+    } else if (a == "--head-dims") {
+      o.head_dims = parse_list(next());
+    } else if (a == "--causal") {
+      o.causal.clear();
+      for (char const* p = next(); *p; ++p) {
+        if (*p == '0' || *p == '1') o.causal.push_back(*p - '0');
+      }
+    } else if (a == "--seqlens") {
+      o.seqlens = parse_list(next());
+    } else if (a == "--kernel") {
+      o.kernel = next();
+    } else if (a == "--all-kernels") {
+      o.all_kernels = true;
+    } else if (a == "--iters") {
+      o.iters = std::max(1, std::atoi(next()));
+    } else if (a == "--csv") {
+      o.csv = true;
+    } else {
+      die("unknown argument " + a + " (see the comment at the top of bench/flashattn_bench.cpp)");
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt = parse_args(argc, argv);
+  fa_context_t* ctx = nullptr;
+  check(fa_context_create(0, &ctx), "fa_context_create(0)");
+  cudaDeviceProp prop;
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+
+  constexpr int64_t kTokens = 16384, kHidden = 2048;
+  size_t const elems = static_cast<size_t>(kTokens * kHidden);
+  void *q, *k, *v, *o;
+  for (void** p : {&q, &k, &v, &o}) check_cuda(cudaMalloc(p, elems * 2), "cudaMalloc");
+  uint64_t seed = 1;
+  for (void* p : {q, k, v}) {
+    std::vector<uint16_t> host = random_16bit(elems, opt.dtype, seed++);
+    check_cuda(cudaMemcpy(p, host.data(), elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+
+  if (opt.csv) {
+    std::printf("kernel,dtype,head_dim,causal,seqlen,batch,heads,ms,tflops\n");
+  } else {
+    std::printf("libflashattn %s on %s (sm_%d%d)\n", fa_version_string(), prop.name, prop.major,
+                prop.minor);
+    std::printf("%-4s %-6s %-6s %9s %9s  %s\n", "d", "causal", "seqlen", "ms", "TFLOP/s", "kernel");
+  }
+  for (int d : opt.head_dims) {
+    // The kernels to time at this head dim: one named, every registered one, or the default.
+    std::vector<fa_kernel_config> kernels;
+    if (!opt.kernel.empty()) {
+      fa_kernel_config kc;
+      check(fa_kernel_config_init(&kc), "init");
+      check(fa_kernel_config_parse(opt.kernel.c_str(), &kc), "--kernel");
+      if (kc.d_head != d || kc.dtype != opt.dtype) continue;
+      kernels.push_back(kc);
+    } else if (opt.all_kernels) {
+      for (size_t i = 0; i < fa_kernel_count(); ++i) {
+        fa_kernel_config kc;
+        check(fa_kernel_config_init(&kc), "init");
+        check(fa_kernel_get(i, &kc), "fa_kernel_get");
+        if (kc.d_head == d && kc.dtype == opt.dtype) kernels.push_back(kc);
+      }
+    }
+    bool const use_default = kernels.empty() && opt.kernel.empty() && !opt.all_kernels;
+    for (int causal : opt.causal) {
+      for (int seqlen : opt.seqlens) {
+        fa_config cfg;
+        check(fa_config_init(&cfg), "fa_config_init");
+        cfg.dtype = opt.dtype;
+        cfg.batch = kTokens / seqlen;
+        cfg.seqlen_q = cfg.seqlen_k = seqlen;
+        cfg.heads_q = cfg.heads_kv = kHidden / d;
+        cfg.head_dim = d;
+        cfg.causal = causal;
+        double const flops = 4.0 * cfg.batch * cfg.heads_q * double(seqlen) * seqlen * d /
+                             (causal ? 2.0 : 1.0);
+        size_t const n_runs = use_default ? 1 : kernels.size();
+        for (size_t r = 0; r < n_runs; ++r) {
+          fa_plan_t* plan = nullptr;
+          fa_status s = use_default ? fa_plan_create(ctx, &cfg, &plan)
+                                    : fa_plan_create_with_kernel(ctx, &cfg, &kernels[r], &plan);
+          if (s != FA_STATUS_SUCCESS) {
+            std::fprintf(stderr, "skipped d=%d causal=%d seqlen=%d: %s\n", d, causal, seqlen,
+                         fa_last_error_detail());
+            continue;
+          }
+          fa_kernel_config used;
+          check(fa_kernel_config_init(&used), "init");
+          check(fa_plan_kernel(plan, &used), "fa_plan_kernel");
+          for (int w = 0; w < 3; ++w) {
+            check(fa_plan_run(plan, q, k, v, o, nullptr, nullptr, 0, nullptr), "fa_plan_run");
+          }
+          std::vector<float> times;
+          for (int it = 0; it < opt.iters; ++it) {
+            check_cuda(cudaEventRecord(start), "cudaEventRecord");
+            check(fa_plan_run(plan, q, k, v, o, nullptr, nullptr, 0, nullptr), "fa_plan_run");
+            check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+            check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+            float ms = 0;
+            check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+            times.push_back(ms);
+          }
+          std::sort(times.begin(), times.end());
+          float const ms = times[times.size() / 2];
+          double const tflops = flops / (ms * 1e-3) / 1e12;
+          std::string name = name_of(used);
+          if (opt.csv) {
+            std::printf("\"%s\",%s,%d,%d,%d,%lld,%lld,%.4f,%.1f\n", name.c_str(),
+                        opt.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16", d, causal, seqlen,
+                        static_cast<long long>(cfg.batch), static_cast<long long>(cfg.heads_q), ms,
+                        tflops);
+          } else {
+            std::printf("%-4d %-6d %-6d %9.4f %9.1f  %s\n", d, causal, seqlen, ms, tflops,
+                        name.c_str());
+          }
+          std::fflush(stdout);
+          fa_plan_destroy(plan);
+        }
+      }
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  for (void* p : {q, k, v, o}) cudaFree(p);
+  fa_context_destroy(ctx);
+  return 0;
+}

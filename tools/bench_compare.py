@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Times libflashattn against PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends in one run.
+
+    python3 tools/bench_compare.py --bench build/bench/flashattn_bench --out results/
+
+Runs flashattn_bench (the library's own kernel choice) over the FA-paper grid (hidden 2048,
+batch = 16384 / seqlen, seqlen 512..16384, head dims 64/128/256, causal off and on), then, where
+PyTorch is installed, times torch.nn.functional.scaled_dot_product_attention with each backend
+forced, on the same shapes, the same way (3 warm-up calls, median of --iters CUDA-event timings).
+Writes results.csv, performance.md (the table, with ratios and geometric means) and, where
+matplotlib is installed, chart.png. PyTorch and matplotlib are optional: only this script uses
+them, and without them it reports libflashattn alone.
+"""
+import argparse
+import csv
+import io
+import math
+import os
+import subprocess
+import sys
+
+SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+HEAD_DIMS = [64, 128, 256]
+TOKENS, HIDDEN = 16384, 2048
+
+
+def flops(batch, heads, seqlen, d, causal):
+    return 4.0 * batch * heads * seqlen * seqlen * d / (2.0 if causal else 1.0)
+
+
+def run_ours(args):
+    cmd = [args.bench, "--csv", "--dtype", args.dtype, "--iters", str(args.iters),
+           "--head-dims", ",".join(map(str, args.head_dims)),
+           "--seqlens", ",".join(map(str, args.seqlens))]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for r in csv.DictReader(io.StringIO(out)):
+        rows[(int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))] = (float(r["tflops"]),
+                                                                          r["kernel"])
+    return rows
+
+
+def run_torch(args):
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        print("PyTorch not found: reporting libflashattn alone", file=sys.stderr)
+        return {}
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    results = {}
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for d in args.head_dims:
+        for causal in (0, 1):
+            for s in args.seqlens:
+                b, h = TOKENS // s, HIDDEN // d
+                # SDPA takes (batch, heads, seq, dim); a transposed (batch, seq, heads, dim)
+                # tensor is the layout libflashattn reads.
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+                           for _ in range(3))
+                for name, backend in backends.items():
+                    try:
+                        with sdpa_kernel(backend):
+                            for _ in range(3):
+                                torch.nn.functional.scaled_dot_product_attention(
+                                    q, k, v, is_causal=bool(causal))
+                            times = []
+                            for _ in range(args.iters):
+                                start.record()
+                                torch.nn.functional.scaled_dot_product_attention(
+                                    q, k, v, is_causal=bool(causal))
+                                stop.record()
+                                stop.synchronize()
+                                times.append(start.elapsed_time(stop))
+                        ms = sorted(times)[len(times) // 2]
+                        results[(name, d, causal, s)] = flops(b, h, s, d, causal) / (ms * 1e-3) / 1e12
+                    except RuntimeError as e:
+                        print(f"torch {name} d={d} causal={causal} s={s}: {e}", file=sys.stderr)
+                del q, k, v
+    return results
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", required=True, help="path to flashattn_bench")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--head-dims", type=lambda t: [int(x) for x in t.split(",")], default=HEAD_DIMS)
+    ap.add_argument("--seqlens", type=lambda t: [int(x) for x in t.split(",")], default=SEQLENS)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    ours = run_ours(args)
+    ref = run_torch(args)
+
+    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["head_dim", "causal", "seqlen", "libflashattn", "torch_flash", "torch_cudnn",
+                    "kernel"])
+        for (d, c, s), (tf, kernel) in sorted(ours.items()):
+            w.writerow([d, c, s, tf, ref.get(("flash", d, c, s), ""), ref.get(("cudnn", d, c, s), ""),
+                        kernel])
+
+    lines = [f"TFLOP/s, {args.dtype}, FLOPs = 4·B·H·S²·D (halved for causal), batch = 16384/S, "
+             "heads = 2048/D; median of CUDA-event timings.", "",
+             "| D | causal | S | libflashattn | SDPA flash (FA2) | SDPA cuDNN | vs FA2 | kernel |",
+             "|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for (d, c, s), (tf, kernel) in sorted(ours.items()):
+        fa2, cud = ref.get(("flash", d, c, s)), ref.get(("cudnn", d, c, s))
+        ratio = tf / fa2 if fa2 else None
+        if ratio:
+            ratios.append(ratio)
+        lines.append(f"| {d} | {c} | {s} | {tf:.1f} | {fa2 or float('nan'):.1f} | "
+                     f"{cud or float('nan'):.1f} | {ratio or float('nan'):.3f} | `{kernel}` |")
+    if ratios:
+        lines += ["", f"Geometric mean of libflashattn / SDPA flash over {len(ratios)} points: "
+                      f"**{geomean(ratios):.3f}**; minimum {min(ratios):.3f}."]
+    with open(os.path.join(args.out, "performance.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(2, len(args.head_dims), figsize=(5 * len(args.head_dims), 8),
+                             squeeze=False)
+    for col, d in enumerate(args.head_dims):
+        for row, c in enumerate((0, 1)):
+            ax = axes[row][col]
+            series = [("libflashattn", [ours.get((d, c, s), (0, ""))[0] for s in args.seqlens])]
+            for name, label in (("flash", "SDPA flash (FA2)"), ("cudnn", "SDPA cuDNN")):
+                if ref:
+                    series.append((label, [ref.get((name, d, c, s), 0) for s in args.seqlens]))
+            width = 0.8 / len(series)
+            for i, (label, ys) in enumerate(series):
+                xs = [j + i * width for j in range(len(args.seqlens))]
+                ax.bar(xs, ys, width, label=label)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(args.seqlens))])
+            ax.set_xticklabels([str(s) for s in args.seqlens])
+            ax.set_title(f"head dim {d}, {'causal' if c else 'non-causal'}")
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel("TFLOP/s")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "chart.png"), dpi=90)
+
+
+if __name__ == "__main__":
+    main()
