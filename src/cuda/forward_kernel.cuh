@@ -79,29 +79,60 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
   return (col / 64) * (kRows * 64) + row * 64 + chunk * 8;
 }
 
+// One lane's ldmatrix addresses in a tile of kRows rows, with the swizzle resolved up front.
+//
+// A lane addresses row r0 + R and column c0 + C, where (r0, c0) is its own offset (c0 is 0 or 8)
+// and (R, C) a compile-time step with R % 8 == 0 and C % 16 == 0. The swizzled 16-byte chunk is
+// ((C % 64) / 8 + c0 / 8) ^ (r0 % 8); C only moves chunk bits 1 and 2, so the four addresses for
+// (C % 64) / 16 = 0..3 are computed once, and every ldmatrix becomes base + a constant that folds
+// into its immediate offset. Computing the XOR per instruction instead cost about 4 integer
+// instructions per ldmatrix (the PTX of a (64, 64) kernel had 8 adds and shifts per mma).
+template <int kRows, bool kSwizzled>
+struct LdsmAddress {
+  uint32_t base[4];
+
+  __device__ __forceinline__ LdsmAddress(uint32_t tile, int r0, int c0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) base[j] = tile + 2 * tile_offset<kRows, kSwizzled>(r0, 16 * j + c0);
+  }
+  template <int kRowStep, int kColStep>
+  __device__ __forceinline__ uint32_t at() const {
+    static_assert(kRowStep % 8 == 0 && kColStep % 16 == 0, "steps keep the lane's swizzle");
+    return base[(kColStep % 64) / 16] + 2 * ((kColStep / 64) * kRows * 64 + kRowStep * 64);
+  }
+};
+
 // Copies a kRows x d_head tile from global memory (row stride `ld` elements) into shared memory.
-// Thread t moves the 16-byte chunk t % 8 of rows t / 8, t / 8 + kCopyRows, ... in each slab. With
-// kBounded, rows at or past `rows` (the end of the sequence) are filled with zeros instead: zero K
-// rows give finite scores that the mask then removes, and zero V rows meet P = 0, never 0 * NaN.
+// Thread t moves the 16-byte chunk t % 8 of rows t / 8, t / 8 + kCopyRows, ... in each slab; the
+// row step keeps row % 8, so the thread's swizzled chunk is the same in every pass and the shared
+// address is one base plus a constant. With kBounded, rows at or past `rows` (the end of the
+// sequence) are filled with zeros instead: zero K rows give finite scores that the mask then
+// removes, and zero V rows meet P = 0, never 0 * NaN.
 template <KernelConfig C, int kRows, bool kBounded>
 __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem,
                                           typename Traits<C>::T const* gmem, int64_t ld, int tid,
                                           int rows) {
   using Tr = Traits<C>;
+  using T = typename Tr::T;
   constexpr int kPasses = kRows / Tr::kCopyRows;
-  int row0 = tid / 8;
-  int col0 = (tid % 8) * 8;
+  int const row0 = tid / 8;
+  int const col0 = (tid % 8) * 8;
+  uint32_t const dst = ptx::smem_addr(smem) + 2 * tile_offset<kRows, C.swizzled>(row0, col0);
+  T const* src = gmem + row0 * ld + col0;
+  int64_t const pass_step = Tr::kCopyRows * ld;
+  auto dst_at = [&](auto s, auto i) {
+    return dst + 2 * (decltype(s)::value * kRows * 64 + decltype(i)::value * Tr::kCopyRows * 64);
+  };
+  auto src_at = [&](auto s, auto i) { return src + decltype(i)::value * pass_step + decltype(s)::value * 64; };
+  auto in_bounds = [&](auto i) { return !kBounded || row0 + decltype(i)::value * Tr::kCopyRows < rows; };
   if constexpr (C.async_copy) {
     static_for<Tr::kSlabs>([&](auto s) {
       static_for<kPasses>([&](auto i) {
-        int row = row0 + decltype(i)::value * Tr::kCopyRows;
-        int col = decltype(s)::value * 64 + col0;
-        auto* dst = smem + tile_offset<kRows, C.swizzled>(row, col);
         if constexpr (kBounded) {
-          bool valid = row < rows;
-          ptx::cp_async_16_zfill(dst, gmem + (valid ? row * ld : 0) + col, valid);
+          bool const valid = in_bounds(i);
+          ptx::cp_async_16_zfill(dst_at(s, i), valid ? src_at(s, i) : gmem, valid);
         } else {
-          ptx::cp_async_16(dst, gmem + row * ld + col);
+          ptx::cp_async_16(dst_at(s, i), src_at(s, i));
         }
       });
     });
@@ -110,21 +141,12 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem,
     uint4 staged[Tr::kSlabs][kPasses];
     static_for<Tr::kSlabs>([&](auto s) {
       static_for<kPasses>([&](auto i) {
-        int row = row0 + decltype(i)::value * Tr::kCopyRows;
-        int col = decltype(s)::value * 64 + col0;
-        if (!kBounded || row < rows) {
-          staged[s][i] = *reinterpret_cast<uint4 const*>(gmem + row * ld + col);
-        } else {
-          staged[s][i] = make_uint4(0, 0, 0, 0);
-        }
+        staged[s][i] = in_bounds(i) ? *reinterpret_cast<uint4 const*>(src_at(s, i))
+                                    : make_uint4(0, 0, 0, 0);
       });
     });
     static_for<Tr::kSlabs>([&](auto s) {
-      static_for<kPasses>([&](auto i) {
-        int row = row0 + decltype(i)::value * Tr::kCopyRows;
-        int col = decltype(s)::value * 64 + col0;
-        *reinterpret_cast<uint4*>(smem + tile_offset<kRows, C.swizzled>(row, col)) = staged[s][i];
-      });
+      static_for<kPasses>([&](auto i) { ptx::st_shared_16(dst_at(s, i), staged[s][i]); });
     });
   }
 }
@@ -256,13 +278,15 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   }
 
   uint32_t q_frag[Tr::kDSteps][kMT][4];
+  LdsmAddress<C.B_r, C.swizzled> const q_addr(ptx::smem_addr(sQ), q_ld_row, q_ld_col);
   auto load_q = [&](auto kt) {
     static_for<kMT>([&](auto mt) {
-      ptx::ldmatrix_x4(q_frag[kt][mt], sQ + tile_offset<C.B_r, C.swizzled>(
-                                                q_ld_row + decltype(mt)::value * 16,
-                                                decltype(kt)::value * 16 + q_ld_col));
+      ptx::ldmatrix_x4(q_frag[kt][mt],
+                       q_addr.template at<decltype(mt)::value * 16, decltype(kt)::value * 16>());
     });
   };
+  LdsmAddress<C.B_c, C.swizzled> const k_addr(ptx::smem_addr(sK), k_ld_row, k_ld_col);
+  LdsmAddress<C.B_c, C.swizzled> const v_addr(ptx::smem_addr(sV), v_ld_row, v_ld_col);
   if constexpr (Tr::kQResident) {
     if (C.eager_load_blocks && n_blocks > 0) {
       wait_loads<C, 1>();  // Q landed; K[0] may still be in flight
@@ -303,9 +327,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
           if constexpr (!Tr::kQResident) load_q(kt);
           static_for<Tr::kKeyTiles / 2>([&](auto np) {
             uint32_t r[4];
-            ptx::ldmatrix_x4(r, sK + tile_offset<C.B_c, C.swizzled>(
-                                         decltype(np)::value * 16 + k_ld_row,
-                                         decltype(kt)::value * 16 + k_ld_col));
+            ptx::ldmatrix_x4(r, k_addr.template at<decltype(np)::value * 16, decltype(kt)::value * 16>());
             k_frag[kt][2 * np][0] = r[0];
             k_frag[kt][2 * np][1] = r[1];
             k_frag[kt][2 * np + 1][0] = r[2];
@@ -409,9 +431,8 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         [&](auto kt) {
           static_for<Tr::kDTiles / 2>([&](auto dp) {
             uint32_t r[4];
-            ptx::ldmatrix_x4_trans(r, sV + tile_offset<C.B_c, C.swizzled>(
-                                               decltype(kt)::value * 16 + v_ld_row,
-                                               decltype(dp)::value * 16 + v_ld_col));
+            ptx::ldmatrix_x4_trans(
+                r, v_addr.template at<decltype(kt)::value * 16, decltype(dp)::value * 16>());
             v_frag[kt][2 * dp][0] = r[0];
             v_frag[kt][2 * dp][1] = r[1];
             v_frag[kt][2 * dp + 1][0] = r[2];
@@ -468,13 +489,16 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   });
   __syncthreads();  // O rows are written per warp and read back by every thread
   constexpr int kPasses = C.B_r / Tr::kCopyRows;
+  int const row0 = tid / 8;
+  int const col0 = (tid % 8) * 8;
+  uint32_t const src = ptx::smem_addr(sQ) + 2 * tile_offset<C.B_r, C.swizzled>(row0, col0);
   static_for<Tr::kSlabs>([&](auto s) {
     static_for<kPasses>([&](auto i) {
-      int const row = tid / 8 + decltype(i)::value * Tr::kCopyRows;
-      int const col = decltype(s)::value * 64 + (tid % 8) * 8;
-      if (row < q_rows) {
-        *reinterpret_cast<uint4*>(gO + row * p.o_seq_stride + col) =
-            *reinterpret_cast<uint4 const*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col));
+      constexpr int kRow = decltype(i)::value * Tr::kCopyRows;
+      constexpr int kCol = decltype(s)::value * 64;
+      if (row0 + kRow < q_rows) {
+        *reinterpret_cast<uint4*>(gO + (row0 + kRow) * p.o_seq_stride + kCol + col0) =
+            ptx::ld_shared_16(src + 2 * (kCol / 64 * C.B_r * 64 + kRow * 64));
       }
     });
   });
