@@ -2,12 +2,14 @@
 //
 //   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16] [--head-dims 64,128,256]
 //                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
+//                   [--autotune]
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim), batch = 16384 / seqlen, so
 // every point moves the same 16384 tokens. FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved
 // for causal. Each point times --iters launches with CUDA events after 3 warm-up launches and
 // reports the median. Without --kernel the context's own choice runs (what fa_forward() picks);
-// --all-kernels times every registered kernel of the dtype and head dim.
+// --all-kernels times every registered kernel of the dtype and head dim. --autotune runs
+// fa_autotune() at each point after timing the default choice, then times the tuned choice too.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -85,6 +87,7 @@ struct Options {
   bool all_kernels = false;
   int iters = 20;
   bool csv = false;
+  bool autotune = false;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -116,6 +119,8 @@ Options parse_args(int argc, char** argv) {
       o.iters = std::max(1, std::atoi(next()));
     } else if (a == "--csv") {
       o.csv = true;
+    } else if (a == "--autotune") {
+      o.autotune = true;
     } else {
       die("unknown argument " + a + " (see the comment at the top of bench/flashattn_bench.cpp)");
     }
@@ -182,16 +187,8 @@ int main(int argc, char** argv) {
         cfg.causal = causal;
         double const flops = 4.0 * cfg.batch * cfg.heads_q * double(seqlen) * seqlen * d /
                              (causal ? 2.0 : 1.0);
-        size_t const n_runs = use_default ? 1 : kernels.size();
-        for (size_t r = 0; r < n_runs; ++r) {
-          fa_plan_t* plan = nullptr;
-          fa_status s = use_default ? fa_plan_create(ctx, &cfg, &plan)
-                                    : fa_plan_create_with_kernel(ctx, &cfg, &kernels[r], &plan);
-          if (s != FA_STATUS_SUCCESS) {
-            std::fprintf(stderr, "skipped d=%d causal=%d seqlen=%d: %s\n", d, causal, seqlen,
-                         fa_last_error_detail());
-            continue;
-          }
+        // One timed configuration: plan, warm up, median of --iters event timings, print.
+        auto time_plan = [&](fa_plan_t* plan, char const* label) {
           fa_kernel_config used;
           check(fa_kernel_config_init(&used), "init");
           check(fa_plan_kernel(plan, &used), "fa_plan_kernel");
@@ -211,7 +208,7 @@ int main(int argc, char** argv) {
           std::sort(times.begin(), times.end());
           float const ms = times[times.size() / 2];
           double const tflops = flops / (ms * 1e-3) / 1e12;
-          std::string name = name_of(used);
+          std::string name = std::string(label) + name_of(used);
           if (opt.csv) {
             std::printf("\"%s\",%s,%d,%d,%d,%lld,%lld,%.4f,%.1f\n", name.c_str(),
                         opt.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16", d, causal, seqlen,
@@ -222,6 +219,26 @@ int main(int argc, char** argv) {
                         name.c_str());
           }
           std::fflush(stdout);
+        };
+        size_t const n_runs = use_default ? 1 : kernels.size();
+        for (size_t r = 0; r < n_runs; ++r) {
+          fa_plan_t* plan = nullptr;
+          fa_status s = use_default ? fa_plan_create(ctx, &cfg, &plan)
+                                    : fa_plan_create_with_kernel(ctx, &cfg, &kernels[r], &plan);
+          if (s != FA_STATUS_SUCCESS) {
+            std::fprintf(stderr, "skipped d=%d causal=%d seqlen=%d: %s\n", d, causal, seqlen,
+                         fa_last_error_detail());
+            continue;
+          }
+          time_plan(plan, opt.autotune ? "default " : "");
+          fa_plan_destroy(plan);
+        }
+        if (opt.autotune) {
+          check(fa_autotune(ctx, &cfg, q, k, v, o, nullptr, nullptr, nullptr, nullptr),
+                "fa_autotune");
+          fa_plan_t* plan = nullptr;
+          check(fa_plan_create(ctx, &cfg, &plan), "fa_plan_create");
+          time_plan(plan, "tuned ");
           fa_plan_destroy(plan);
         }
       }

@@ -71,11 +71,11 @@ extern "C" {
  * Version
  * ==================================================================================================== */
 #define FA_VERSION_MAJOR 0
-#define FA_VERSION_MINOR 1
+#define FA_VERSION_MINOR 2
 #define FA_VERSION_PATCH 0
-/*! FA_VERSION_NUMBER: MAJOR * 10000 + MINOR * 100 + PATCH, so 0.1.0 is 100. */
+/*! FA_VERSION_NUMBER: MAJOR * 10000 + MINOR * 100 + PATCH, so 0.2.0 is 200. */
 #define FA_VERSION_NUMBER (FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 + FA_VERSION_PATCH)
-#define FA_VERSION_STRING "0.1.0"
+#define FA_VERSION_STRING "0.2.0"
 
 /*! fa_version_number() :
  *  @return the FA_VERSION_NUMBER the loaded library was built with. Compare it with the header's
@@ -84,7 +84,7 @@ extern "C" {
 FA_API unsigned fa_version_number(void);
 
 /*! fa_version_string() :
- *  @return the library's version as a static string such as "0.1.0"; never NULL, never freed.
+ *  @return the library's version as a static string such as "0.2.0"; never NULL, never freed.
  *  Thread-safe. Since 0.1.0. */
 FA_API const char* fa_version_string(void);
 
@@ -123,7 +123,13 @@ typedef enum fa_status {
   /*! A handle was used with the wrong kind of context (for example a CPU plan given a CUDA stream). */
   FA_STATUS_WRONG_CONTEXT = 12,
   /*! An internal invariant failed; please report it. */
-  FA_STATUS_INTERNAL_ERROR = 13
+  FA_STATUS_INTERNAL_ERROR = 13,
+  /*! A file could not be opened, read or written (the detail message gives the path and reason).
+   *  Since 0.2.0. */
+  FA_STATUS_IO_ERROR = 14,
+  /*! A warning, not a failure: fa_context_load_tuning() loaded the file but skipped entries that no
+   *  longer match this library or device (the detail message says how many and why). Since 0.2.0. */
+  FA_STATUS_TUNING_ENTRIES_IGNORED = 15
 } fa_status;
 
 /*! fa_status_string() :
@@ -371,6 +377,47 @@ FA_API fa_status fa_kernel_is_registered(const fa_kernel_config* config, int* re
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, const fa_config* config,
                                        const fa_kernel_config* kernel);
+
+/*! fa_autotune() :
+ *  Times, on the caller's tensors, every compiled kernel that runs `config` on this context's device
+ *  and passes the seed's autotuning filter (fa_kernel_config_autotune_filter()), together with the
+ *  kernels the built-in choice table lists for the shape, and records the fastest as the context's
+ *  kernel for the shape (as fa_context_set_kernel()). Each candidate runs once to warm up and then
+ *  5 times; its median time counts. A candidate only replaces the built-in choice when strictly
+ *  faster.
+ *  @param q,k,v,o,lse  as fa_forward(); o (and lse when not NULL) are overwritten, ending with a
+ *                      correct result.
+ *  @param stream       the candidates run on it; the call waits for it (it synchronises the host),
+ *                      so it must not be used while a stream is being captured.
+ *  @param best         optional (NULL to skip), caller-initialised; receives the winner.
+ *  @param best_ms      optional; receives the winner's median time in milliseconds.
+ *  @return as fa_forward(); FA_STATUS_WRONG_CONTEXT on a CPU context.
+ *  Thread-safe, but timings taken while other work shares the GPU are noisy. Since 0.2.0. */
+FA_API fa_status fa_autotune(fa_context_t* ctx, const fa_config* config, const void* q,
+                             const void* k, const void* v, void* o, float* lse,
+                             fa_stream_t stream, fa_kernel_config* best, float* best_ms);
+
+/*! fa_context_save_tuning() :
+ *  Writes the context's tuning results (every shape recorded by fa_autotune() or
+ *  fa_context_set_kernel()) to `path`, replacing the file. The format is a versioned text file:
+ *  a "libflashattn-tuning 1" line, the device's compute capability, then one line per shape:
+ *  "<dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel name>".
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_WRONG_CONTEXT (CPU
+ *          context); FA_STATUS_IO_ERROR.
+ *  Thread-safe. Since 0.2.0. */
+FA_API fa_status fa_context_save_tuning(const fa_context_t* ctx, const char* path);
+
+/*! fa_context_load_tuning() :
+ *  Reads a file written by fa_context_save_tuning() and records its entries in the context
+ *  (replacing entries for the same shapes). Entries that no longer fit (a kernel this library does
+ *  not have, a device of another compute capability, a malformed line) are skipped.
+ *  @return FA_STATUS_SUCCESS when every entry was loaded; FA_STATUS_TUNING_ENTRIES_IGNORED when
+ *          some were skipped (the others are loaded; the detail message counts them and gives the
+ *          first reason); FA_STATUS_PARSE_ERROR when the file is not a tuning file of a version this
+ *          library reads (nothing loaded); FA_STATUS_IO_ERROR; FA_STATUS_INVALID_ARGUMENT (NULL);
+ *          FA_STATUS_WRONG_CONTEXT (CPU context).
+ *  Thread-safe. Since 0.2.0. */
+FA_API fa_status fa_context_load_tuning(fa_context_t* ctx, const char* path);
 
 /*! fa_context_tuned_count() :
  *  @param count  receives the number of shapes with a tuned kernel on this context.

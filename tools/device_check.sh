@@ -20,12 +20,16 @@ cat "$out/gpu.txt"
 step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
   ${FA_DEVICE_CMAKE_ARGS:-}
 step build ninja -C "$build" -j16
-step ctest ctest --test-dir "$build" --output-on-failure
+step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
 step example "$build/examples/flashattn_example"
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
-  "$build/tests/flashattn_gpu_tests"
-step racecheck env FA_GPU_TEST_SAMPLE=23 compute-sanitizer --tool racecheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
-grep -h -E "test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked" "$out"/*.log
+step racecheck env FA_GPU_TEST_SAMPLE=16 compute-sanitizer --tool racecheck --error-exitcode 3 \
+  "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
+step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
+  --out "$out/compare" --iters 20
+step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
+grep -h -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|Geometric" \
+  "$out"/*.log
 exit $status

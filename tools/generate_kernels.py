@@ -12,8 +12,17 @@ CMake runs this at configure time with the build's options; it writes, into --ou
   sources.txt                           the generated .cu files, for CMake.
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
 
-The kernel lists are the seed's (sonnyli/flash_attention_from_scratch): its autotune space at each
-head dim, filtered by its should_autotune_config, and its seven "progression" configs.
+Kernel sets (--kernel-set):
+  default      the kernels the measured choice table (src/cuda/heuristic_sm*.txt) names, picks and
+               autotuning candidates, at the chosen dtypes and head dims;
+  all          default plus the seed's whole autotune space and progression at every head dim;
+  seed         the seed's autotune space (its should_autotune_config filter) and its seven
+               progression configs (sonnyli/flash_attention_from_scratch);
+  autotune, progression: those two halves of seed;
+  sweep        the autotune space and the progression at every block shape the seed names, for
+               tuning runs (tools/device_sweep.sh).
+The choice table is also emitted as C++ (heuristic_generated.cpp), so the kernels it names and the
+kernels built come from one list.
 """
 import argparse
 import dataclasses
@@ -24,7 +33,7 @@ import sys
 DTYPE_CODES = {"fp16": 1, "bf16": 2}  # fa_dtype values; FP16 sorts first, as in the seed
 DTYPE_NAMES = {1: "FP16", 2: "BF16"}
 DTYPE_CPP = {1: "DType::kFP16", 2: "DType::kBF16"}
-KERNEL_SETS = ("seed", "autotune", "progression", "sweep")
+KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep")
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 
 
@@ -108,12 +117,55 @@ def progression_configs(dtype, d_head, all_block_sizes=False):
     return [KernelConfig(dtype, d_head, r, c, w, *s) for r, c, w in shapes for s in steps]
 
 
-def select(kernel_set, dtypes, head_dims):
+def parse_short_name(text):
+    """The inverse of KernelConfig.short_name (fa_kernel_config_parse() in C)."""
+    head, feats = text.strip().split("): ")
+    dtype, d, b_r, b_c, warps = [x.strip() for x in head.lstrip("(").split(",")]
+    tokens = feats.split("+")
+    load = [t for t in tokens if t.startswith("load_")]
+    if len(load) != 1:
+        raise ValueError(f"no load_<Q>_<K>_<V>_tiles in '{text}'")
+    q, k, v = (int(x) for x in load[0][5:-6].split("_"))
+    return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
+                        int(warps), "async" in tokens, "eager" in tokens, "swizzled" in tokens,
+                        q, k, v, "buffer" in tokens, "opt_softmax" in tokens)
+
+
+def read_choice_table(path):
+    """Rows of a heuristic_sm*.txt: ('pick', d, causal, max_seqlen, config) and
+    ('candidate', d, causal, None, config); configs carry BF16 as a placeholder dtype."""
+    rows = []
+    for line in open(path):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields, name = line.split(" | ")
+        fields = fields.split()
+        config = parse_short_name("(BF16, " + name)
+        if fields[0] == "pick":
+            rows.append(("pick", int(fields[1]), int(fields[2]), int(fields[3]), config))
+        elif fields[0] == "candidate":
+            rows.append(("candidate", int(fields[1]), int(fields[2]), None, config))
+        else:
+            raise ValueError(f"{path}: unknown row kind '{fields[0]}'")
+    return rows
+
+
+def with_dtype(config, dtype):
+    return dataclasses.replace(config, dtype=dtype)
+
+
+def select(kernel_set, dtypes, head_dims, tables):
     configs = set()
+    if kernel_set in ("default", "all"):
+        for rows in tables.values():
+            for _, d, _, _, config in rows:
+                if d in head_dims:
+                    configs.update(with_dtype(config, dtype) for dtype in dtypes)
     for dtype, d in itertools.product(dtypes, head_dims):
-        if kernel_set in ("seed", "autotune"):
+        if kernel_set in ("seed", "autotune", "all"):
             configs.update(autotune_configs(dtype, d))
-        if kernel_set in ("seed", "progression"):
+        if kernel_set in ("seed", "progression", "all"):
             configs.update(progression_configs(dtype, d))
         if kernel_set == "sweep":  # everything the seed ever named, for tuning runs
             configs.update(autotune_configs(dtype, d))
@@ -138,7 +190,9 @@ def main():
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dtypes", default="fp16;bf16", help="';'-separated: fp16, bf16")
     ap.add_argument("--head-dims", default="128", help="';'-separated: 64, 128, 256")
-    ap.add_argument("--kernel-set", default="seed", choices=KERNEL_SETS)
+    ap.add_argument("--kernel-set", default="default", choices=KERNEL_SETS)
+    ap.add_argument("--choice-tables", default="",
+                    help="';'-separated heuristic_sm<arch>.txt files (the measured choice tables)")
     ap.add_argument("--per-file", type=int, default=8, help="kernels per generated .cu file")
     args = ap.parse_args()
 
@@ -156,7 +210,13 @@ def main():
     if args.per_file < 1:
         sys.exit("generate_kernels.py: --per-file must be >= 1")
 
-    configs = select(args.kernel_set, dtypes, head_dims)
+    tables = {}
+    for path in filter(None, args.choice_tables.split(";")):
+        arch = os.path.basename(path).removeprefix("heuristic_sm").removesuffix(".txt")
+        if not arch.isdigit():
+            sys.exit(f"generate_kernels.py: cannot read the arch from '{path}'")
+        tables[int(arch)] = read_choice_table(path)
+    configs = select(args.kernel_set, dtypes, head_dims, tables)
     os.makedirs(args.out, exist_ok=True)
 
     groups = {}
@@ -183,6 +243,28 @@ def main():
                      "\nvoid register_generated_kernels(Registry& registry) {\n" +
                      ("  (void)registry;\n" if not calls else calls) +
                      "}\n\n}  // namespace fa::cuda\n")
+    picks, candidates = [], []
+    for arch, rows in sorted(tables.items()):
+        for kind, d, causal, max_seqlen, config in rows:
+            if kind == "pick":
+                picks.append(f"    {{{arch}, {d}, {'true' if causal else 'false'}, {max_seqlen}, "
+                             f"{config.cpp()}}},\n")
+            else:
+                candidates.append(f"    {{{arch}, {d}, {'true' if causal else 'false'}, "
+                                  f"{config.cpp()}}},\n")
+    write_if_changed(os.path.join(args.out, "heuristic_generated.cpp"),
+                     BANNER + '#include "cuda/heuristic.hpp"\n\nnamespace fa::cuda {\n\n'
+                     "// From the measured choice tables (src/cuda/heuristic_sm*.txt); the dtype of\n"
+                     "// each config is a placeholder, replaced by the problem's.\n"
+                     "std::span<ChoicePick const> choice_picks() {\n"
+                     "  static constexpr ChoicePick kPicks[] = {\n" + "".join(picks) +
+                     "      {0, 0, false, 0, KernelConfig{}}};\n"
+                     "  return {kPicks, std::size(kPicks) - 1};\n}\n\n"
+                     "std::span<ChoiceCandidate const> choice_candidates() {\n"
+                     "  static constexpr ChoiceCandidate kCandidates[] = {\n" + "".join(candidates) +
+                     "      {0, 0, false, KernelConfig{}}};\n"
+                     "  return {kCandidates, std::size(kCandidates) - 1};\n}\n\n"
+                     "}  // namespace fa::cuda\n")
     write_if_changed(os.path.join(args.out, "kernels.txt"),
                      "".join(c.short_name() + "\n" for c in configs))
     write_if_changed(os.path.join(args.out, "sources.txt"), "".join(s + "\n" for s in sources))

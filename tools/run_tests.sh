@@ -25,7 +25,7 @@ banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DFA_SANITIZE=address,undefined "${reduced[@]}" "${extra[@]}"
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -L 'api|core|cpu|concurrency'
+  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency'
 
 banner "concurrent use under ThreadSanitizer"
 cmake -S . -B build-tsan -DFA_SANITIZE=thread "${reduced[@]}" "${extra[@]}"

@@ -10,45 +10,14 @@
 #include <tuple>
 
 #include "api/config.hpp"
+#include "api/context.hpp"
 #include "api/status.hpp"
 #include "core/kernel_config.hpp"
 #include "cpu/cpu_attention.hpp"
 #include "cuda/device.hpp"
 #include "flashattn.h"
 
-namespace {
-
-// What the kernel choice depends on; the plan cache's key.
-using ChoiceKey = std::tuple<int, bool, int64_t, int64_t, int64_t>;
-
-ChoiceKey choice_key(fa::Problem const& p) {
-  return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
-}
-
-}  // namespace
-
-struct fa_context_s {
-  int device = FA_DEVICE_CPU;
-  int cpu_threads = 1;
-  fa::cuda::Device gpu;  // valid when device != FA_DEVICE_CPU
-  mutable std::mutex mutex;  // guards `tuned` and `choices`
-  // Kernels recorded by tuning (fa_context_set_kernel); consulted first.
-  std::map<ChoiceKey, fa::cuda::KernelEntry const*> tuned;
-  // The plan cache: the built-in choice per shape, made once.
-  std::map<ChoiceKey, fa::cuda::KernelEntry const*> choices;
-};
-
-struct fa_plan_s {
-  fa_context_s* ctx = nullptr;
-  fa::Problem problem{};
-  fa::cuda::KernelEntry const* kernel = nullptr;  // null on a CPU context
-  fa::cuda::ForwardParams params{};
-  dim3 grid;
-};
-
-namespace {
-
-using fa::fail;
+namespace fa {
 
 bool is_cpu(fa_context_s const* ctx) { return ctx->device == FA_DEVICE_CPU; }
 
@@ -56,31 +25,40 @@ fa_status check_context(fa_context_s const* ctx) {
   return ctx == nullptr ? fail(FA_STATUS_INVALID_ARGUMENT, "ctx is NULL") : FA_STATUS_SUCCESS;
 }
 
-fa_status choose_cached(fa_context_s* ctx, fa::Problem const& p,
-                        fa::cuda::KernelEntry const** out) {
+fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out) {
   ChoiceKey key = choice_key(p);
   {
     std::lock_guard lock(ctx->mutex);
-    if (auto it = ctx->tuned.find(key); it != ctx->tuned.end()) {
-      *out = it->second;
-      return FA_STATUS_SUCCESS;
-    }
     if (auto it = ctx->choices.find(key); it != ctx->choices.end()) {
       *out = it->second;
       return FA_STATUS_SUCCESS;
     }
   }
-  fa::cuda::KernelEntry const* chosen = nullptr;
-  if (fa_status s = fa::cuda::choose_kernel(ctx->gpu, p, &chosen); s != FA_STATUS_SUCCESS) return s;
+  cuda::KernelEntry const* chosen = nullptr;
+  if (fa_status s = cuda::choose_kernel(ctx->gpu, p, &chosen); s != FA_STATUS_SUCCESS) return s;
   std::lock_guard lock(ctx->mutex);
   ctx->choices.emplace(key, chosen);
   *out = chosen;
   return FA_STATUS_SUCCESS;
 }
 
-// The context's entry for `pinned`, if it is valid, compiled in, runs on the device and runs `p`.
-fa_status find_pinned(fa_context_s const* ctx, fa::KernelConfig const& pinned, fa::Problem const& p,
-                      fa::cuda::KernelEntry const** out) {
+namespace {
+
+fa_status choose_cached(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out) {
+  {
+    std::lock_guard lock(ctx->mutex);
+    if (auto it = ctx->tuned.find(choice_key(p)); it != ctx->tuned.end()) {
+      *out = it->second;
+      return FA_STATUS_SUCCESS;
+    }
+  }
+  return builtin_choice(ctx, p, out);
+}
+
+}  // namespace
+
+fa_status find_pinned(fa_context_s const* ctx, KernelConfig const& pinned, Problem const& p,
+                      cuda::KernelEntry const** out) {
   if (std::string why = fa::validate(pinned); !why.empty()) {
     return fail(FA_STATUS_INVALID_KERNEL_CONFIG, "%s: %s", fa::short_name(pinned).c_str(),
                 why.c_str());
@@ -100,8 +78,7 @@ fa_status find_pinned(fa_context_s const* ctx, fa::KernelConfig const& pinned, f
   return FA_STATUS_SUCCESS;
 }
 
-// Validates the config for this context and fills a plan (not yet owned by anyone).
-fa_status build_plan(fa_context_s* ctx, fa_config const* config, fa::KernelConfig const* pinned,
+fa_status build_plan(fa_context_s* ctx, fa_config const* config, KernelConfig const* pinned,
                      fa_plan_s* plan) {
   if (fa_status s = check_context(ctx); s != FA_STATUS_SUCCESS) return s;
   fa::Problem p;
@@ -142,10 +119,17 @@ fa_status run_plan(fa_plan_s const& plan, void const* q, void const* k, void con
     fa::cpu::forward(plan.problem, q, k, v, o, lse, plan.ctx->cpu_threads);
     return FA_STATUS_SUCCESS;
   }
-  return fa::cuda::launch(plan.ctx->gpu, *plan.kernel, plan.params, plan.grid, q, k, v, o, lse,
-                          reinterpret_cast<cudaStream_t>(stream));
+  return cuda::launch(plan.ctx->gpu, *plan.kernel, plan.params, plan.grid, q, k, v, o, lse,
+                      reinterpret_cast<cudaStream_t>(stream));
 }
 
+}  // namespace fa
+
+namespace {
+using fa::build_plan;
+using fa::check_context;
+using fa::fail;
+using fa::run_plan;
 }  // namespace
 
 extern "C" {
@@ -210,7 +194,7 @@ FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, fa_config const* confi
     fa_plan_s plan;
     if (fa_status s = build_plan(ctx, config, &pinned, &plan); s != FA_STATUS_SUCCESS) return s;
     std::lock_guard lock(ctx->mutex);
-    ctx->tuned[choice_key(plan.problem)] = plan.kernel;
+    ctx->tuned[fa::choice_key(plan.problem)] = plan.kernel;
     return FA_STATUS_SUCCESS;
   });
 }

@@ -53,6 +53,9 @@ FA_API char const* fa_status_string(fa_status status) {
     case FA_STATUS_WRONG_CONTEXT:
       return "FA_STATUS_WRONG_CONTEXT: the call does not fit the context's device";
     case FA_STATUS_INTERNAL_ERROR: return "FA_STATUS_INTERNAL_ERROR: internal error";
+    case FA_STATUS_IO_ERROR: return "FA_STATUS_IO_ERROR: a file could not be read or written";
+    case FA_STATUS_TUNING_ENTRIES_IGNORED:
+      return "FA_STATUS_TUNING_ENTRIES_IGNORED: some tuning entries were skipped (a warning)";
   }
   return "FA_STATUS_UNKNOWN";
 }

@@ -1,11 +1,14 @@
 #include "cuda/device.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdint>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "api/status.hpp"
+#include "cuda/heuristic.hpp"
 
 namespace fa::cuda {
 
@@ -53,21 +56,6 @@ fa_status prepare_kernels(int ordinal) {
   }
   g_prepared_devices.insert(ordinal);
   return FA_STATUS_SUCCESS;
-}
-
-// Seed-measured winners (A100: (128, 64); RTX 3090: (128, 32)), tried first in this order.
-constexpr KernelConfig kPreferred[] = {
-    {DType::kBF16, 128, 128, 64, 4, true, true, true, 2, 2, 0, true, false},
-    {DType::kBF16, 128, 128, 32, 4, true, true, true, 2, 2, 0, true, true},
-};
-
-bool matches_preferred(KernelConfig const& k) {
-  for (KernelConfig pref : kPreferred) {
-    pref.dtype = k.dtype;
-    pref.d_head = k.d_head;
-    if (pref == k) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -169,7 +157,10 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
 }
 
 fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out) {
-  KernelEntry const* first_fit = nullptr;
+  // The measured table's kernel when this build has it; otherwise (a build that left it out) the
+  // runnable kernel with the largest tile, the shape that won most of the sweep.
+  std::optional<KernelConfig> const table = table_choice(device.cc_major * 10 + device.cc_minor, p);
+  KernelEntry const* fallback = nullptr;
   std::string reason;
   for (KernelEntry const* e : device.kernels) {
     std::string why = cannot_run(e->config, p);
@@ -181,14 +172,17 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
       }
       continue;
     }
-    if (matches_preferred(e->config)) {
+    if (table && e->config == *table) {
       *out = e;
       return FA_STATUS_SUCCESS;
     }
-    if (first_fit == nullptr) first_fit = e;
+    if (fallback == nullptr ||
+        e->config.B_r * e->config.B_c > fallback->config.B_r * fallback->config.B_c) {
+      fallback = e;
+    }
   }
-  if (first_fit != nullptr) {
-    *out = first_fit;
+  if (fallback != nullptr) {
+    *out = fallback;
     return FA_STATUS_SUCCESS;
   }
   if (device.kernels.empty()) {
@@ -258,6 +252,45 @@ fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams 
       cudaGetLastError();  // the launch error is reported here, not left for the caller's next call
       return cuda_fail(e, ("launching " + short_name(kernel.config)).c_str());
     }
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+fa_status time_kernel(Device const& device, KernelEntry const& kernel, Problem const& p,
+                      void const* q, void const* k, void const* v, void* o, float* lse,
+                      cudaStream_t stream, int runs, float* median_ms) {
+  ForwardParams const params = make_params(kernel.config, p);
+  dim3 const grid = make_grid(kernel.config, p);
+  if (fa_status s = launch(device, kernel, params, grid, q, k, v, o, lse, stream);
+      s != FA_STATUS_SUCCESS) {
+    return s;
+  }
+  return on_device(device.ordinal, [&] {
+    cudaEvent_t events[2];
+    for (cudaEvent_t& e : events) {
+      if (cudaError_t err = cudaEventCreate(&e); err != cudaSuccess) {
+        return cuda_fail(err, "cudaEventCreate");
+      }
+    }
+    std::vector<float> times;
+    fa_status status = FA_STATUS_SUCCESS;
+    for (int r = 0; r < runs && status == FA_STATUS_SUCCESS; ++r) {
+      cudaError_t e = cudaEventRecord(events[0], stream);
+      if (e == cudaSuccess) e = kernel.launch(params, grid, stream);
+      if (e == cudaSuccess) e = cudaEventRecord(events[1], stream);
+      if (e == cudaSuccess) e = cudaEventSynchronize(events[1]);
+      float ms = 0.f;
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, events[0], events[1]);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        status = cuda_fail(e, ("timing " + short_name(kernel.config)).c_str());
+      }
+      times.push_back(ms);
+    }
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (status != FA_STATUS_SUCCESS) return status;
+    std::sort(times.begin(), times.end());
+    *median_ms = times[times.size() / 2];
     return FA_STATUS_SUCCESS;
   });
 }

@@ -42,4 +42,10 @@ fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams 
                  void const* q, void const* k, void const* v, void* o, float* lse,
                  cudaStream_t stream);
 
+// Launches `kernel` once to warm up, then `runs` times between CUDA events on `stream`, and
+// returns the median time. Synchronises the stream.
+fa_status time_kernel(Device const& device, KernelEntry const& kernel, Problem const& p,
+                      void const* q, void const* k, void const* v, void* o, float* lse,
+                      cudaStream_t stream, int runs, float* median_ms);
+
 }  // namespace fa::cuda

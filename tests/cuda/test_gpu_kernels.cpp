@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -356,6 +357,110 @@ TEST_CASE("a kernel recorded with fa_context_set_kernel is used for its shape") 
   CHECK(std::string(fa_last_error_detail()).find("dtype") != std::string::npos);
   REQUIRE(fa_context_tuned_count(ctx, &tuned) == FA_STATUS_SUCCESS);
   CHECK(tuned == 1);
+  fa_context_destroy(ctx);
+}
+
+TEST_CASE("fa_autotune records a winner that plans then use; the tuning file round-trips") {
+  // The longest shape of the shared set: 1024 x 1024, d = 128.
+  Checked* chosen_case = nullptr;
+  for (Checked& c : problems(FA_DTYPE_BF16, 128)) {
+    if (c.p.seqlen_q == 1024 && c.p.seqlen_k == 1024 && !c.p.causal) chosen_case = &c;
+  }
+  REQUIRE(chosen_case != nullptr);
+  Checked& c = *chosen_case;
+  TestProblem const& p = c.p;
+  fa_config cfg = make_config(p);
+  fa_context_t* ctx = nullptr;
+  REQUIRE(fa_context_create(0, &ctx) == FA_STATUS_SUCCESS);
+  fa_kernel_config best;
+  REQUIRE(fa_kernel_config_init(&best) == FA_STATUS_SUCCESS);
+  float best_ms = -1.f;
+  c.dev->poison(p);
+  fa_status s = fa_autotune(ctx, &cfg, c.dev->q(p), c.dev->k(p), c.dev->v(p), c.dev->o(p),
+                            c.dev->lse, nullptr, &best, &best_ms);
+  INFO(fa_last_error_detail());
+  REQUIRE(s == FA_STATUS_SUCCESS);
+  CHECK(best_ms > 0.f);
+  int registered = 0;
+  REQUIRE(fa_kernel_is_registered(&best, &registered) == FA_STATUS_SUCCESS);
+  CHECK(registered == 1);
+  // The outputs autotuning left behind are a correct result.
+  c.dev->fetch(c.host);
+  CHECK(compare_output(p, c.host.out.data(), c.ref_o, Tolerance{2 * c.naive_err + 1e-3, 0, 0})
+            .n_bad == 0);
+  size_t tuned = 0;
+  REQUIRE(fa_context_tuned_count(ctx, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 1);
+  fa_plan_t* plan = nullptr;
+  REQUIRE(fa_plan_create(ctx, &cfg, &plan) == FA_STATUS_SUCCESS);
+  fa_kernel_config used;
+  REQUIRE(fa_kernel_config_init(&used) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_plan_kernel(plan, &used) == FA_STATUS_SUCCESS);
+  CHECK(name_of(used) == name_of(best));
+  fa_plan_destroy(plan);
+
+  // Save, then load into a fresh context, which then plans with the tuned kernel.
+  std::string const path = "flashattn_gpu_test_tuning.txt";
+  REQUIRE(fa_context_save_tuning(ctx, path.c_str()) == FA_STATUS_SUCCESS);
+  fa_context_t* fresh = nullptr;
+  REQUIRE(fa_context_create(0, &fresh) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_context_load_tuning(fresh, path.c_str()) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_context_tuned_count(fresh, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 1);
+  REQUIRE(fa_plan_create(fresh, &cfg, &plan) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_plan_kernel(plan, &used) == FA_STATUS_SUCCESS);
+  CHECK(name_of(used) == name_of(best));
+  fa_plan_destroy(plan);
+  fa_context_destroy(fresh);
+
+  // A file with a stale entry (a kernel this build lacks), a malformed line and a good entry:
+  // the good one loads, the others are skipped with a warning status.
+  {
+    std::ifstream in(path);
+    std::string header, comment1, comment2, arch_line, entry;
+    std::getline(in, header);
+    std::getline(in, comment1);
+    std::getline(in, comment2);
+    std::getline(in, arch_line);
+    std::getline(in, entry);
+    std::ofstream out(path, std::ios::trunc);
+    out << header << "\n" << arch_line << "\n"
+        << "BF16 128 0 4096 4096 | (BF16, 128, 128, 48, 4): swizzled+load_4_4_2_tiles\n"
+        << "BF16 128 zero 64 64 | (BF16, 128, 64, 64, 4): async+load_0_0_0_tiles\n"
+        << entry << "\n";
+  }
+  REQUIRE(fa_context_create(0, &fresh) == FA_STATUS_SUCCESS);
+  CHECK(fa_context_load_tuning(fresh, path.c_str()) == FA_STATUS_TUNING_ENTRIES_IGNORED);
+  std::string detail = fa_last_error_detail();
+  INFO(detail);
+  CHECK(detail.find("2 of 3 entries") != std::string::npos);
+  CHECK(detail.find("not compiled") != std::string::npos);
+  REQUIRE(fa_context_tuned_count(fresh, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 1);
+
+  // Another device generation's file: every entry skipped, nothing loaded.
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "libflashattn-tuning 1\narch 12\nBF16 128 0 1024 1024 | " << name_of(best) << "\n";
+  }
+  fa_context_t* other = nullptr;
+  REQUIRE(fa_context_create(0, &other) == FA_STATUS_SUCCESS);
+  CHECK(fa_context_load_tuning(other, path.c_str()) == FA_STATUS_TUNING_ENTRIES_IGNORED);
+  CHECK(std::string(fa_last_error_detail()).find("sm_12") != std::string::npos);
+  REQUIRE(fa_context_tuned_count(other, &tuned) == FA_STATUS_SUCCESS);
+  CHECK(tuned == 0);
+  // Not a tuning file / a future version / no file: refused, nothing loaded.
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "libflashattn-tuning 2\narch 90\n";
+  }
+  CHECK(fa_context_load_tuning(other, path.c_str()) == FA_STATUS_PARSE_ERROR);
+  CHECK(std::string(fa_last_error_detail()).find("version 2") != std::string::npos);
+  std::remove(path.c_str());
+  CHECK(fa_context_load_tuning(other, path.c_str()) == FA_STATUS_IO_ERROR);
+  CHECK(fa_context_save_tuning(other, "/nonexistent-dir/tuning.txt") == FA_STATUS_IO_ERROR);
+  fa_context_destroy(other);
+  fa_context_destroy(fresh);
   fa_context_destroy(ctx);
 }
 

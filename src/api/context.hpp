@@ -1,0 +1,67 @@
+// The context and plan handles behind the C API's opaque types.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/kernel_config.hpp"
+#include "core/problem.hpp"
+#include "cuda/device.hpp"
+#include "cuda/forward_params.hpp"
+#include "cuda/kernel_entry.hpp"
+#include "flashattn.h"
+
+namespace fa {
+
+// What the kernel choice depends on: (dtype, causal, head_dim, seqlen_q, seqlen_k). The plan
+// cache's and the tuning results' key.
+using ChoiceKey = std::tuple<int, bool, int64_t, int64_t, int64_t>;
+
+inline ChoiceKey choice_key(Problem const& p) {
+  return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
+}
+
+}  // namespace fa
+
+struct fa_context_s {
+  int device = FA_DEVICE_CPU;
+  int cpu_threads = 1;
+  fa::cuda::Device gpu;      // valid when device != FA_DEVICE_CPU
+  mutable std::mutex mutex;  // guards `tuned` and `choices`
+  // Tuning results (fa_autotune, fa_context_set_kernel, fa_context_load_tuning); consulted first.
+  std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> tuned;
+  // The plan cache: the built-in choice per shape, made once.
+  std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> choices;
+};
+
+struct fa_plan_s {
+  fa_context_s* ctx = nullptr;
+  fa::Problem problem{};
+  fa::cuda::KernelEntry const* kernel = nullptr;  // null on a CPU context
+  fa::cuda::ForwardParams params{};
+  dim3 grid;
+};
+
+namespace fa {
+
+bool is_cpu(fa_context_s const* ctx);
+fa_status check_context(fa_context_s const* ctx);
+
+// Validates `config` for `ctx` and fills `plan` with the problem and, on a GPU, the kernel:
+// `pinned` when given, else the context's choice (tuned, cached, or the built-in one).
+fa_status build_plan(fa_context_s* ctx, fa_config const* config, KernelConfig const* pinned,
+                     fa_plan_s* plan);
+
+// Runs a built plan (CPU or GPU).
+fa_status run_plan(fa_plan_s const& plan, void const* q, void const* k, void const* v, void* o,
+                   float* lse, fa_stream_t stream);
+
+// The built-in (measured-table) choice for `p`, cached per shape; ignores tuning results.
+fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out);
+
+// The context's entry for `pinned`, if it is valid, compiled in, runs on the device and runs `p`.
+fa_status find_pinned(fa_context_s const* ctx, KernelConfig const& pinned, Problem const& p,
+                      cuda::KernelEntry const** out);
+
+}  // namespace fa

@@ -1,0 +1,222 @@
+// Tuning results: fa_autotune() (time the candidates on the caller's problem), and the versioned
+// tuning file (fa_context_save_tuning / fa_context_load_tuning).
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "api/config.hpp"
+#include "api/context.hpp"
+#include "api/status.hpp"
+#include "core/kernel_config.hpp"
+#include "cuda/device.hpp"
+#include "cuda/heuristic.hpp"
+#include "flashattn.h"
+
+namespace fa {
+namespace {
+
+constexpr char kMagic[] = "libflashattn-tuning";
+constexpr int kFormatVersion = 1;
+// Timed launches per candidate, after one warm-up; the median counts.
+constexpr int kTimedRuns = 5;
+
+int arch_of(fa_context_s const* ctx) { return ctx->gpu.cc_major * 10 + ctx->gpu.cc_minor; }
+
+fa_status require_gpu(fa_context_s const* ctx, char const* what) {
+  if (fa_status s = check_context(ctx); s != FA_STATUS_SUCCESS) return s;
+  if (is_cpu(ctx)) return fail(FA_STATUS_WRONG_CONTEXT, "%s needs a GPU context", what);
+  return FA_STATUS_SUCCESS;
+}
+
+char const* dtype_token(DType t) { return t == DType::kFP16 ? "FP16" : "BF16"; }
+
+}  // namespace
+}  // namespace fa
+
+extern "C" {
+
+FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void const* q,
+                             void const* k, void const* v, void* o, float* lse,
+                             fa_stream_t stream, fa_kernel_config* best, float* best_ms) {
+  return fa::guarded([&] {
+    using fa::cuda::KernelEntry;
+    if (fa_status s = fa::require_gpu(ctx, "fa_autotune"); s != FA_STATUS_SUCCESS) return s;
+    if (best != nullptr && best->struct_size < sizeof(fa_kernel_config)) {
+      return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
+                      "best->struct_size = %zu is smaller than %zu: initialise it with "
+                      "fa_kernel_config_init()",
+                      best->struct_size, sizeof(fa_kernel_config));
+    }
+    fa_plan_s plan;
+    if (fa_status s = fa::build_plan(ctx, config, nullptr, &plan); s != FA_STATUS_SUCCESS) return s;
+    fa::Problem const& p = plan.problem;
+
+    // The built-in choice first, so that ties keep it; then the measured table's candidates; then
+    // every kernel the seed's filter keeps.
+    KernelEntry const* builtin = nullptr;
+    if (fa_status s = fa::builtin_choice(ctx, p, &builtin); s != FA_STATUS_SUCCESS) return s;
+    std::vector<KernelEntry const*> candidates = {builtin};
+    auto add = [&](KernelEntry const* e) {
+      for (KernelEntry const* c : candidates) {
+        if (c == e) return;
+      }
+      candidates.push_back(e);
+    };
+    fa::cuda::for_each_candidate(fa::arch_of(ctx), p, [&](fa::KernelConfig const& k) {
+      KernelEntry const* e = nullptr;
+      if (fa::find_pinned(ctx, k, p, &e) == FA_STATUS_SUCCESS) add(e);
+    });
+    for (KernelEntry const* e : ctx->gpu.kernels) {
+      if (fa::cuda::cannot_run(e->config, p).empty() && fa::autotune_filter(e->config).empty()) {
+        add(e);
+      }
+    }
+    fa::clear_detail();  // find_pinned may have recorded why a table candidate is absent
+
+    KernelEntry const* winner = nullptr;
+    float winner_ms = 0.f;
+    for (KernelEntry const* e : candidates) {
+      float ms = 0.f;
+      fa_status s = fa::cuda::time_kernel(ctx->gpu, *e, p, q, k, v, o, lse,
+                                          reinterpret_cast<cudaStream_t>(stream), fa::kTimedRuns,
+                                          &ms);
+      if (s != FA_STATUS_SUCCESS) return s;
+      if (winner == nullptr || ms < winner_ms) {
+        winner = e;
+        winner_ms = ms;
+      }
+    }
+    {
+      std::lock_guard lock(ctx->mutex);
+      ctx->tuned[fa::choice_key(p)] = winner;
+    }
+    if (best != nullptr) {
+      if (fa_status s = fa::from_kernel_config(winner->config, best); s != FA_STATUS_SUCCESS) {
+        return s;
+      }
+    }
+    if (best_ms != nullptr) *best_ms = winner_ms;
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+FA_API fa_status fa_context_save_tuning(fa_context_t const* ctx, char const* path) {
+  return fa::guarded([&] {
+    if (fa_status s = fa::require_gpu(ctx, "fa_context_save_tuning"); s != FA_STATUS_SUCCESS) {
+      return s;
+    }
+    if (path == nullptr) return fa::fail(FA_STATUS_INVALID_ARGUMENT, "path is NULL");
+    std::ostringstream text;
+    text << fa::kMagic << ' ' << fa::kFormatVersion << '\n'
+         << "# written by libflashattn " << FA_VERSION_STRING << "; one line per shape:\n"
+         << "# <dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel>\n"
+         << "arch " << fa::arch_of(ctx) << '\n';
+    {
+      std::lock_guard lock(ctx->mutex);
+      for (auto const& [key, entry] : ctx->tuned) {
+        auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k] = key;
+        text << fa::dtype_token(static_cast<fa::DType>(dtype)) << ' ' << head_dim << ' '
+             << (causal ? 1 : 0) << ' ' << seqlen_q << ' ' << seqlen_k << " | "
+             << fa::short_name(entry->config) << '\n';
+      }
+    }
+    std::ofstream out(path, std::ios::trunc);
+    out << text.str();
+    out.close();
+    if (!out) return fa::fail(FA_STATUS_IO_ERROR, "cannot write the tuning file '%s'", path);
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+FA_API fa_status fa_context_load_tuning(fa_context_t* ctx, char const* path) {
+  return fa::guarded([&] {
+    if (fa_status s = fa::require_gpu(ctx, "fa_context_load_tuning"); s != FA_STATUS_SUCCESS) {
+      return s;
+    }
+    if (path == nullptr) return fa::fail(FA_STATUS_INVALID_ARGUMENT, "path is NULL");
+    std::ifstream in(path);
+    if (!in) return fa::fail(FA_STATUS_IO_ERROR, "cannot open the tuning file '%s'", path);
+    std::string line;
+    std::string magic;
+    int version = 0;
+    if (!std::getline(in, line) || !(std::istringstream(line) >> magic >> version) ||
+        magic != fa::kMagic) {
+      return fa::fail(FA_STATUS_PARSE_ERROR, "'%s' is not a libflashattn tuning file", path);
+    }
+    if (version != fa::kFormatVersion) {
+      return fa::fail(FA_STATUS_PARSE_ERROR,
+                      "'%s' is a version %d tuning file; this library reads version %d", path,
+                      version, fa::kFormatVersion);
+    }
+
+    std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> loaded;
+    int ignored = 0, line_number = 1;
+    int file_arch = -1;
+    std::string first_reason;
+    auto skip = [&](std::string const& why) {
+      if (ignored++ == 0) first_reason = "line " + std::to_string(line_number) + ": " + why;
+    };
+    while (std::getline(in, line)) {
+      ++line_number;
+      if (line.empty() || line[0] == '#') continue;
+      if (line.rfind("arch ", 0) == 0) {
+        file_arch = std::atoi(line.c_str() + 5);
+        continue;
+      }
+      size_t bar = line.find(" | ");
+      std::istringstream fields(line.substr(0, bar));
+      std::string dtype;
+      int64_t head_dim = 0, causal = -1, seqlen_q = 0, seqlen_k = 0;
+      if (bar == std::string::npos ||
+          !(fields >> dtype >> head_dim >> causal >> seqlen_q >> seqlen_k) ||
+          (dtype != "FP16" && dtype != "BF16") || (causal != 0 && causal != 1) || head_dim < 1 ||
+          seqlen_q < 1 || seqlen_k < 1) {
+        skip("malformed entry \"" + line + "\"");
+        continue;
+      }
+      if (file_arch != fa::arch_of(ctx)) {
+        skip("tuned on sm_" + std::to_string(file_arch) + ", this device is sm_" +
+             std::to_string(fa::arch_of(ctx)));
+        continue;
+      }
+      fa::KernelConfig kernel;
+      std::string error;
+      if (!fa::parse_short_name(line.substr(bar + 3), &kernel, &error)) {
+        skip(error);
+        continue;
+      }
+      fa::Problem p{};
+      p.dtype = dtype == "FP16" ? fa::DType::kFP16 : fa::DType::kBF16;
+      p.causal = causal == 1;
+      p.batch = p.heads_q = p.heads_kv = 1;
+      p.head_dim = head_dim;
+      p.seqlen_q = seqlen_q;
+      p.seqlen_k = seqlen_k;
+      fa::cuda::KernelEntry const* entry = nullptr;
+      if (fa::find_pinned(ctx, kernel, p, &entry) != FA_STATUS_SUCCESS) {
+        skip(fa_last_error_detail());
+        continue;
+      }
+      loaded[fa::choice_key(p)] = entry;
+    }
+    if (in.bad()) return fa::fail(FA_STATUS_IO_ERROR, "error reading the tuning file '%s'", path);
+    {
+      std::lock_guard lock(ctx->mutex);
+      for (auto const& [key, entry] : loaded) ctx->tuned[key] = entry;
+    }
+    if (ignored > 0) {
+      return fa::fail(FA_STATUS_TUNING_ENTRIES_IGNORED,
+                      "%d of %zu entries in '%s' ignored; first: %s", ignored,
+                      loaded.size() + static_cast<size_t>(ignored), path, first_reason.c_str());
+    }
+    fa::clear_detail();
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+}  // extern "C"

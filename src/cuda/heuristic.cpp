@@ -1,0 +1,36 @@
+#include "cuda/heuristic.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace fa::cuda {
+
+int nearest_table_arch(int arch) {
+  // The closest measured arch, preferring an older one on a tie (its kernels run on newer chips).
+  int best = -1;
+  for (ChoicePick const& pick : choice_picks()) {
+    if (best < 0 || std::abs(pick.arch - arch) < std::abs(best - arch) ||
+        (std::abs(pick.arch - arch) == std::abs(best - arch) && pick.arch < best)) {
+      best = pick.arch;
+    }
+  }
+  return best;
+}
+
+std::optional<KernelConfig> table_choice(int arch, Problem const& p) {
+  int const table = nearest_table_arch(arch);
+  int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
+  ChoicePick const* chosen = nullptr;
+  for (ChoicePick const& pick : choice_picks()) {
+    if (pick.arch != table || pick.d_head != p.head_dim || pick.causal != p.causal) continue;
+    // Rows come sorted by max_seqlen: the first that covers the length, else the longest.
+    chosen = &pick;
+    if (length <= pick.max_seqlen) break;
+  }
+  if (chosen == nullptr) return std::nullopt;
+  KernelConfig k = chosen->config;
+  k.dtype = p.dtype;
+  return k;
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,55 @@
+// The kernel choice measured on real hardware: for each (arch, head dim, causal, length) the
+// fastest registered kernel of a tuning sweep (src/cuda/heuristic_sm*.txt, emitted as C++ by
+// tools/generate_kernels.py), plus the autotuning candidates the sweep ranked next.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "core/kernel_config.hpp"
+#include "core/problem.hpp"
+
+namespace fa::cuda {
+
+struct ChoicePick {
+  int arch;            // compute capability * 10 + minor, e.g. 90
+  int d_head;
+  bool causal;
+  int64_t max_seqlen;  // for max(seqlen_q, seqlen_k) up to this (the last row: any longer)
+  KernelConfig config; // its dtype is a placeholder
+};
+
+struct ChoiceCandidate {
+  int arch;
+  int d_head;
+  bool causal;
+  KernelConfig config;
+};
+
+std::span<ChoicePick const> choice_picks();            // generated
+std::span<ChoiceCandidate const> choice_candidates();  // generated
+
+// The measured table's kernel for `p` on a device of compute capability `arch`, with p's dtype.
+// Only an sm_90 (H200) table is measured so far; other archs use the nearest measured one.
+std::optional<KernelConfig> table_choice(int arch, Problem const& p);
+
+// The table's autotuning candidates for `p` (dtype set to p's), in table order.
+template <class Visit>
+void for_each_candidate(int arch, Problem const& p, Visit&& visit);
+
+int nearest_table_arch(int arch);
+
+template <class Visit>
+void for_each_candidate(int arch, Problem const& p, Visit&& visit) {
+  int const table = nearest_table_arch(arch);
+  for (ChoiceCandidate const& c : choice_candidates()) {
+    if (c.arch == table && c.d_head == p.head_dim && c.causal == p.causal) {
+      KernelConfig k = c.config;
+      k.dtype = p.dtype;
+      visit(k);
+    }
+  }
+}
+
+}  // namespace fa::cuda

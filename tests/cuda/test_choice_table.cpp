@@ -1,0 +1,93 @@
+// The measured choice tables (src/cuda/heuristic_sm*.txt): every kernel they name is a valid
+// config, and a default build compiles all of them for the dtypes and head dims it was given.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashattn.h"
+
+namespace {
+
+struct Row {
+  std::string kind, config;
+  int head_dim = 0, causal = 0;
+  long long max_seqlen = 0;
+};
+
+std::vector<std::string> split(std::string const& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, sep);) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<Row> read_table(std::string const& path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  std::vector<Row> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    size_t bar = line.find(" | ");
+    REQUIRE_MESSAGE(bar != std::string::npos, line);
+    Row r;
+    std::istringstream fields(line.substr(0, bar));
+    fields >> r.kind >> r.head_dim >> r.causal;
+    if (r.kind == "pick") fields >> r.max_seqlen;
+    r.config = line.substr(bar + 3);
+    REQUIRE_MESSAGE((r.kind == "pick" || r.kind == "candidate"), line);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_SUITE("choice") {
+
+TEST_CASE("choice tables name valid kernels, each (head dim, causal) covered in length order") {
+  std::vector<std::string> tables = split(FA_CHOICE_TABLES, ',');
+  REQUIRE(!tables.empty());
+  for (std::string const& path : tables) {
+    std::vector<Row> rows = read_table(path);
+    REQUIRE(!rows.empty());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Row const& r = rows[i];
+      INFO(path << ": " << r.kind << " " << r.head_dim << " " << r.causal << " | " << r.config);
+      for (char const* dtype : {"FP16", "BF16"}) {
+        fa_kernel_config kc;
+        REQUIRE(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
+        std::string name = std::string("(") + dtype + ", " + r.config;
+        REQUIRE(fa_kernel_config_parse(name.c_str(), &kc) == FA_STATUS_SUCCESS);
+        CHECK(fa_kernel_config_validate(&kc) == FA_STATUS_SUCCESS);
+        CHECK(kc.d_head == r.head_dim);
+        // The default set is built from these tables: every named kernel of a built dtype and head
+        // dim must be in the registry.
+        std::string const dtype_option = dtype[0] == 'F' ? "fp16" : "bf16";
+        bool const built = std::string(FA_KERNEL_SET_NAME) == "default" ||
+                           std::string(FA_KERNEL_SET_NAME) == "all";
+        bool wanted = false;
+        for (std::string const& d : split(FA_BUILT_DTYPES, ',')) wanted |= d == dtype_option;
+        bool head_dim_built = false;
+        for (std::string const& d : split(FA_BUILT_HEAD_DIMS, ',')) {
+          head_dim_built |= std::stoi(d) == r.head_dim;
+        }
+        if (built && wanted && head_dim_built) {
+          int registered = 0;
+          REQUIRE(fa_kernel_is_registered(&kc, &registered) == FA_STATUS_SUCCESS);
+          CHECK(registered == 1);
+        }
+      }
+      if (r.kind == "pick" && i > 0 && rows[i - 1].kind == "pick" &&
+          rows[i - 1].head_dim == r.head_dim && rows[i - 1].causal == r.causal) {
+        CHECK(rows[i - 1].max_seqlen < r.max_seqlen);
+      }
+    }
+  }
+}
+
+}  // TEST_SUITE

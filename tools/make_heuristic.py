@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Derives the kernel-choice table from a tuning sweep (tools/device_sweep.sh's sweep.csv).
+
+    python3 tools/make_heuristic.py docs/data/sweep-h200-bf16.csv --arch 90 \
+        --out src/cuda/heuristic_sm90.txt
+
+For each (head dim, causal, sequence length) of the sweep the fastest kernel becomes the pick for
+sequences up to that length; per (head dim, causal) the --candidates kernels with the best geometric
+mean over the lengths are kept as extra autotuning candidates. The output is a plain table that
+tools/generate_kernels.py reads: it compiles every kernel named there into the default build and
+emits the table as the library's choice. Times within --tie (relative) of the best count as a tie,
+which goes to the kernel already picked at the previous length, so that sweep noise does not add
+kernels to the build.
+"""
+import argparse
+import collections
+import csv
+import math
+
+
+def strip_dtype(name):
+    """'(BF16, 128, ...): ...' -> '128, ...): ...' (the table applies to both 16-bit dtypes)."""
+    return name.split(", ", 1)[1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep", help="CSV written by flashattn_bench --all-kernels --csv")
+    ap.add_argument("--arch", type=int, required=True, help="compute capability, e.g. 90")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--candidates", type=int, default=3)
+    ap.add_argument("--tie", type=float, default=0.01)
+    args = ap.parse_args()
+
+    by_point = collections.defaultdict(dict)  # (d, causal, seqlen) -> {kernel: tflops}
+    for r in csv.DictReader(open(args.sweep)):
+        key = (int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))
+        by_point[key][strip_dtype(r["kernel"])] = float(r["tflops"])
+
+    lines = [f"# Kernel choice for sm_{args.arch}, derived by tools/make_heuristic.py from",
+             f"# {args.sweep}; regenerate, do not edit. Columns:",
+             "#   pick <head_dim> <causal> <max_seqlen> | <config without dtype>",
+             "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
+             "#     (head_dim, causal) also serves longer sequences)",
+             "#   candidate <head_dim> <causal> | <config>: also built, also timed by fa_autotune()"]
+    for d, causal in sorted({(k[0], k[1]) for k in by_point}):
+        seqlens = sorted(k[2] for k in by_point if k[:2] == (d, causal))
+        previous = None
+        for s in seqlens:
+            times = by_point[(d, causal, s)]
+            best = max(times, key=times.get)
+            if previous in times and times[previous] >= times[best] * (1 - args.tie):
+                best = previous
+            lines.append(f"pick {d} {causal} {s} | {best}")
+            previous = best
+        scores = collections.defaultdict(list)
+        for s in seqlens:
+            top = max(by_point[(d, causal, s)].values())
+            for kernel, t in by_point[(d, causal, s)].items():
+                scores[kernel].append(t / top)
+        ranked = sorted((math.exp(sum(map(math.log, v)) / len(v)), k)
+                        for k, v in scores.items() if len(v) == len(seqlens))
+        for _, kernel in reversed(ranked[-args.candidates:]):
+            lines.append(f"candidate {d} {causal} | {kernel}")
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
