@@ -5,15 +5,16 @@
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 set -uo pipefail
 out="${OUT:-$PWD/device-out}"
-mkdir -p "$out"
+logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns at most 8 files
+mkdir -p "$logs"
 build=build-device
 status=0
 step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records failure, keeps going
   local name=$1; shift
   echo "== $name: $*"
   local t0=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then echo "   ok ($((SECONDS - t0)) s)"; else
-    echo "   FAILED ($((SECONDS - t0)) s); tail of $name.log:"; tail -n 40 "$out/$name.log"; status=1; fi
+  if "$@" >"$logs/$name.log" 2>&1; then echo "   ok ($((SECONDS - t0)) s)"; else
+    echo "   FAILED ($((SECONDS - t0)) s); tail of $name.log:"; tail -n 40 "$logs/$name.log"; status=1; fi
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
@@ -31,5 +32,7 @@ step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_benc
   --out "$out/compare" --iters 20
 step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
 grep -h -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|Geometric" \
-  "$out"/*.log
+  "$logs"/*.log
+tail -n 12 "$logs/autotune.log"
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 exit $status

@@ -241,7 +241,7 @@ TEST_CASE("every registered kernel matches the CPU backend") {
       fa_config cfg = make_config(c.p);
       fa_plan_t* plan = nullptr;
       fa_status s = fa_plan_create_with_kernel(g_ctx, &cfg, &kc, &plan);
-      INFO(name << " on " << describe(c.p) << ": " << fa_last_error_detail());
+      INFO(name << " on " << describe(c.p) << ": " << std::string(fa_last_error_detail()));
       REQUIRE(s == FA_STATUS_SUCCESS);
       fa_kernel_config bound;
       REQUIRE(fa_kernel_config_init(&bound) == FA_STATUS_SUCCESS);
@@ -307,7 +307,7 @@ TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured pla
         dev.poison(p);
         fa_status s = fa_forward(g_ctx, &cfg, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse,
                                  nullptr);
-        INFO(name_of(chosen) << ": " << fa_last_error_detail());
+        INFO(name_of(chosen) << ": " << std::string(fa_last_error_detail()));
         REQUIRE(s == FA_STATUS_SUCCESS);
         CUDA_OK(cudaDeviceSynchronize());
         dev.fetch(c.host);
@@ -378,7 +378,7 @@ TEST_CASE("fa_autotune records a winner that plans then use; the tuning file rou
   c.dev->poison(p);
   fa_status s = fa_autotune(ctx, &cfg, c.dev->q(p), c.dev->k(p), c.dev->v(p), c.dev->o(p),
                             c.dev->lse, nullptr, &best, &best_ms);
-  INFO(fa_last_error_detail());
+  INFO(std::string(fa_last_error_detail()));
   REQUIRE(s == FA_STATUS_SUCCESS);
   CHECK(best_ms > 0.f);
   int registered = 0;
