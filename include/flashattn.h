@@ -383,8 +383,9 @@ FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, const fa_config* confi
  *  and passes the seed's autotuning filter (fa_kernel_config_autotune_filter()), together with the
  *  kernels the built-in choice table lists for the shape, and records the fastest as the context's
  *  kernel for the shape (as fa_context_set_kernel()). Each candidate runs once to warm up and then
- *  5 times; its median time counts. A candidate only replaces the built-in choice when strictly
- *  faster.
+ *  10 times; its median time counts. A candidate replaces the built-in choice only when more than
+ *  3% faster (less is within the run-to-run spread of one kernel), so the result is never slower
+ *  than the built-in choice beyond measurement noise.
  *  @param q,k,v,o,lse  as fa_forward(); o (and lse when not NULL) are overwritten, ending with a
  *                      correct result.
  *  @param stream       the candidates run on it; the call waits for it (it synchronises the host),
