@@ -198,6 +198,25 @@ typedef struct fa_config {
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_config_init(fa_config* config);
 
+/*! fa_config_validate() :
+ *  Checks everything about `config` that does not depend on where it runs: struct_size, the dtype
+ *  and flag values, sizes >= 1, heads_q a multiple of heads_kv, a finite scale, strides >= 0, no
+ *  overlap within o, and offsets that fit 64 bits. fa_forward() and fa_plan_create() make the same
+ *  checks (and, on a GPU, those of the kernels).
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT or FA_STATUS_BAD_STRUCT_SIZE with the
+ *          detail message naming the field and value.
+ *  Thread-safe. Since 0.2.0. */
+FA_API fa_status fa_config_validate(const fa_config* config);
+
+/*! fa_config_extents() :
+ *  The number of elements each tensor spans from its base pointer (its largest element offset
+ *  plus one), so a caller can check that its buffers are large enough: q, k, v and o as laid out
+ *  by `config`'s strides, and lse (batch * heads_q * seqlen_q). Each output pointer may be NULL.
+ *  @return as fa_config_validate(); the outputs are written only on success.
+ *  Thread-safe. Since 0.2.0. */
+FA_API fa_status fa_config_extents(const fa_config* config, int64_t* q, int64_t* k, int64_t* v,
+                                   int64_t* o, int64_t* lse);
+
 /* ====================================================================================================
  * Contexts
  * ====================================================================================================

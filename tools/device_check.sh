@@ -28,11 +28,19 @@ step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error
   "$build/tests/flashattn_gpu_tests"
 step racecheck env FA_GPU_TEST_SAMPLE=16 compute-sanitizer --tool racecheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
+step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
+  PYTHONPATH="$PWD/bindings/python" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
+# The Rust example is built where cargo is (the GPU machine may have none) and carried in .deps/bin:
+#   cargo build --release --manifest-path bindings/rust/Cargo.toml --example device_forward
+if [ -x .deps/bin/device_forward ]; then
+  step rust_device env LD_LIBRARY_PATH="$PWD/$build" .deps/bin/device_forward
+fi
 step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
   --out "$out/compare" --iters 20
 step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
 grep -h -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|Geometric" \
   "$logs"/*.log
 tail -n 12 "$logs/autotune.log"
+tail -n 3 "$logs/python_gpu.log" "$logs/rust_device.log" 2>/dev/null
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 exit $status

@@ -146,6 +146,31 @@ FA_API fa_status fa_config_init(fa_config* config) {
   });
 }
 
+FA_API fa_status fa_config_validate(fa_config const* config) {
+  return fa::guarded([&] {
+    fa::Problem p;
+    return fa::to_problem(config, &p);
+  });
+}
+
+FA_API fa_status fa_config_extents(fa_config const* config, int64_t* q, int64_t* k, int64_t* v,
+                                   int64_t* o, int64_t* lse) {
+  return fa::guarded([&] {
+    fa::Problem p;
+    if (fa_status s = fa::to_problem(config, &p); s != FA_STATUS_SUCCESS) return s;
+    // to_problem has checked that every offset below fits in int64.
+    auto extent = [&](fa::TensorStrides const& t, int64_t seq, int64_t heads) {
+      return (p.batch - 1) * t.batch + (seq - 1) * t.seq + (heads - 1) * t.head + p.head_dim;
+    };
+    if (q != nullptr) *q = extent(p.q, p.seqlen_q, p.heads_q);
+    if (k != nullptr) *k = extent(p.k, p.seqlen_k, p.heads_kv);
+    if (v != nullptr) *v = extent(p.v, p.seqlen_k, p.heads_kv);
+    if (o != nullptr) *o = extent(p.o, p.seqlen_q, p.heads_q);
+    if (lse != nullptr) *lse = p.batch * p.heads_q * p.seqlen_q;
+    return FA_STATUS_SUCCESS;
+  });
+}
+
 FA_API fa_status fa_context_create(int device, fa_context_t** out) {
   return fa::guarded([&] {
     if (out == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "out is NULL");

@@ -213,6 +213,38 @@ TEST_CASE("fa_forward: strides") {
   CHECK(f.forward(&c) == FA_STATUS_SUCCESS);
 }
 
+TEST_CASE("fa_config_validate and fa_config_extents") {
+  Fixture f;
+  CHECK(fa_config_validate(&f.cfg) == FA_STATUS_SUCCESS);
+  int64_t q = 0, k = 0, v = 0, o = 0, lse = 0;
+  REQUIRE(fa_config_extents(&f.cfg, &q, &k, &v, &o, &lse) == FA_STATUS_SUCCESS);
+  CHECK(q == static_cast<int64_t>(f.q.size()));
+  CHECK(k == static_cast<int64_t>(f.k.size()));
+  CHECK(v == static_cast<int64_t>(f.v.size()));
+  CHECK(o == static_cast<int64_t>(f.o.size()));
+  CHECK(lse == static_cast<int64_t>(f.lse.size()));
+  // Strided: q rows padded by 8 elements, k as the first half of a [batch, seq, 2 * heads] tensor.
+  fa_config c = f.cfg;
+  c.q_head_stride = 8;
+  c.q_seq_stride = 4 * 8 + 8;
+  c.q_batch_stride = 5 * c.q_seq_stride;
+  c.k_head_stride = 8;
+  c.k_seq_stride = 2 * 2 * 8;
+  c.k_batch_stride = 7 * c.k_seq_stride;
+  REQUIRE(fa_config_extents(&c, &q, &k, nullptr, nullptr, nullptr) == FA_STATUS_SUCCESS);
+  CHECK(q == 1 * c.q_batch_stride + 4 * c.q_seq_stride + 3 * 8 + 8);
+  CHECK(k == 1 * c.k_batch_stride + 6 * c.k_seq_stride + 1 * 8 + 8);
+  // Both report invalid configs and leave the outputs alone.
+  c = f.cfg;
+  c.heads_kv = 3;
+  q = -1;
+  CHECK(fa_config_validate(&c) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("heads_kv = 3") != std::string::npos);
+  CHECK(fa_config_extents(&c, &q, nullptr, nullptr, nullptr, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(q == -1);
+  CHECK(fa_config_validate(nullptr) == FA_STATUS_INVALID_ARGUMENT);
+}
+
 TEST_CASE("CPU contexts take no stream and pin no GPU kernel") {
   Fixture f;
   int fake_stream_storage = 0;

@@ -1,0 +1,152 @@
+"""ctypes declarations of include/flashattn.h, one to one, and the library loader.
+
+Every function of the header is declared here with its argtypes and restype; nothing else in the
+package calls the library without going through these declarations.
+"""
+import ctypes
+import os
+import threading
+from ctypes import (POINTER, Structure, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t,
+                    c_uint, c_void_p)
+from pathlib import Path
+
+# ---- Types ----------------------------------------------------------------------------------------
+
+fa_status = c_int  # enum fa_status; values in flashattn.errors
+fa_stream_t = c_void_p
+fa_context_p = c_void_p  # fa_context_t*
+fa_plan_p = c_void_p  # fa_plan_t*
+
+FA_DEVICE_CPU = -1
+FA_DTYPE_FP16 = 1
+FA_DTYPE_BF16 = 2
+FA_DTYPE_FP32 = 3
+
+
+class fa_config(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("dtype", c_int32),
+        ("causal", c_int32),
+        ("batch", c_int64),
+        ("seqlen_q", c_int64),
+        ("seqlen_k", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("softmax_scale", c_float),
+        ("reserved0", c_int32),
+        ("q_batch_stride", c_int64), ("q_seq_stride", c_int64), ("q_head_stride", c_int64),
+        ("k_batch_stride", c_int64), ("k_seq_stride", c_int64), ("k_head_stride", c_int64),
+        ("v_batch_stride", c_int64), ("v_seq_stride", c_int64), ("v_head_stride", c_int64),
+        ("o_batch_stride", c_int64), ("o_seq_stride", c_int64), ("o_head_stride", c_int64),
+    ]
+
+
+class fa_kernel_config(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("dtype", c_int32),
+        ("d_head", c_int32),
+        ("B_r", c_int32),
+        ("B_c", c_int32),
+        ("n_warps", c_int32),
+        ("async_copy", c_int32),
+        ("eager_load_blocks", c_int32),
+        ("swizzled", c_int32),
+        ("Q_mma_load_K_tiles", c_int32),
+        ("K_mma_load_K_tiles", c_int32),
+        ("V_mma_load_K_tiles", c_int32),
+        ("mma_double_buffer_loads", c_int32),
+        ("optimized_softmax", c_int32),
+    ]
+
+
+_P = POINTER
+
+# name: (restype, argtypes), in header order.
+SIGNATURES = {
+    "fa_version_number": (c_uint, []),
+    "fa_version_string": (c_char_p, []),
+    "fa_status_string": (c_char_p, [fa_status]),
+    "fa_last_error_detail": (c_char_p, []),
+    "fa_config_init": (fa_status, [_P(fa_config)]),
+    "fa_config_validate": (fa_status, [_P(fa_config)]),
+    "fa_config_extents": (fa_status, [_P(fa_config), _P(c_int64), _P(c_int64), _P(c_int64),
+                                      _P(c_int64), _P(c_int64)]),
+    "fa_context_create": (fa_status, [c_int, _P(fa_context_p)]),
+    "fa_context_destroy": (None, [fa_context_p]),
+    "fa_context_device": (fa_status, [fa_context_p, _P(c_int)]),
+    "fa_forward": (fa_status, [fa_context_p, _P(fa_config), c_void_p, c_void_p, c_void_p,
+                               c_void_p, _P(c_float), fa_stream_t]),
+    "fa_kernel_config_init": (fa_status, [_P(fa_kernel_config)]),
+    "fa_kernel_count": (c_size_t, []),
+    "fa_kernel_get": (fa_status, [c_size_t, _P(fa_kernel_config)]),
+    "fa_kernel_config_name": (fa_status, [_P(fa_kernel_config), c_char_p, c_size_t,
+                                          _P(c_size_t)]),
+    "fa_kernel_config_parse": (fa_status, [c_char_p, _P(fa_kernel_config)]),
+    "fa_kernel_config_validate": (fa_status, [_P(fa_kernel_config)]),
+    "fa_kernel_config_autotune_filter": (fa_status, [_P(fa_kernel_config), _P(c_int)]),
+    "fa_kernel_is_registered": (fa_status, [_P(fa_kernel_config), _P(c_int)]),
+    "fa_context_set_kernel": (fa_status, [fa_context_p, _P(fa_config), _P(fa_kernel_config)]),
+    "fa_autotune": (fa_status, [fa_context_p, _P(fa_config), c_void_p, c_void_p, c_void_p,
+                                c_void_p, _P(c_float), fa_stream_t, _P(fa_kernel_config),
+                                _P(c_float)]),
+    "fa_context_save_tuning": (fa_status, [fa_context_p, c_char_p]),
+    "fa_context_load_tuning": (fa_status, [fa_context_p, c_char_p]),
+    "fa_context_tuned_count": (fa_status, [fa_context_p, _P(c_size_t)]),
+    "fa_plan_create": (fa_status, [fa_context_p, _P(fa_config), _P(fa_plan_p)]),
+    "fa_plan_create_with_kernel": (fa_status, [fa_context_p, _P(fa_config),
+                                               _P(fa_kernel_config), _P(fa_plan_p)]),
+    "fa_plan_kernel": (fa_status, [fa_plan_p, _P(fa_kernel_config)]),
+    "fa_plan_workspace_size": (fa_status, [fa_plan_p, _P(c_size_t)]),
+    "fa_plan_run": (fa_status, [fa_plan_p, c_void_p, c_void_p, c_void_p, c_void_p, _P(c_float),
+                                c_void_p, c_size_t, fa_stream_t]),
+    "fa_plan_destroy": (None, [fa_plan_p]),
+}
+
+# ---- Loading --------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _candidates():
+    here = Path(__file__).resolve().parent
+    paths = []
+    if os.environ.get("FLASHATTN_LIBRARY"):
+        paths.append(("$FLASHATTN_LIBRARY", Path(os.environ["FLASHATTN_LIBRARY"])))
+    paths += [("next to the package", here / "libflashattn.so.0"),
+              ("next to the package", here / "libflashattn.so")]
+    # This repository's build tree, when the package is used from a checkout (bindings/python).
+    if len(here.parents) >= 3:
+        paths.append(("the repository's build tree", here.parents[2] / "build" / "libflashattn.so.0"))
+    return paths
+
+
+def lib():
+    """The loaded library, with every header function declared. Raises OSError naming the
+    places tried when it cannot be found."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            tried = []
+            for where, path in _candidates():
+                if not path.exists():
+                    tried.append(f"{path} ({where}: not found)")
+                    continue
+                try:
+                    handle = ctypes.CDLL(str(path))
+                except OSError as e:
+                    tried.append(f"{path} ({where}: {e})")
+                    continue
+                for name, (restype, argtypes) in SIGNATURES.items():
+                    fn = getattr(handle, name)
+                    fn.restype = restype
+                    fn.argtypes = argtypes
+                _lib = handle
+                break
+            else:
+                raise OSError("libflashattn.so not found; tried:\n  " + "\n  ".join(tried) +
+                              "\nSet FLASHATTN_LIBRARY to the library's path.")
+        return _lib

@@ -1,0 +1,178 @@
+"""flashattn.forward against numpy float64, on numpy arrays (CPU backend) and on PyTorch CUDA
+tensors: shapes, strides, dtypes, LSE, out=, streams."""
+import itertools
+
+import numpy as np
+import pytest
+
+import flashattn
+from reference import attention
+
+ATOL = {"float32": 1e-5, "float16": 2e-4, "bfloat16": 1e-3}
+
+
+def _data(rng, b, s, h, d):
+    # Non-zero values (|x| >= 1/64), as the C++ tests use.
+    x = rng.uniform(1 / 64, 1, size=(b, s, h, d)) * rng.choice([-1.0, 1.0], size=(b, s, h, d))
+    return x
+
+
+def _check(backend, q, k, v, o, lse, causal=False, scale=None, lse_ref=True):
+    """O within 2x the same-precision naive error + atol of float64 (the C++ tests' bound); LSE
+    within 2e-3; no NaN anywhere."""
+    qn, kn, vn = (backend.numpy(x) for x in (q, k, v))
+    ref_o, ref_lse = attention(qn, kn, vn, causal, scale)
+    dtype = str(q.dtype).replace("torch.", "")
+    if dtype == "float32":
+        naive_err = 0.0
+    else:
+        p_dtype = backend.np_dtype(dtype)
+        naive_o, _ = attention(qn.astype(np.float32), kn.astype(np.float32),
+                               vn.astype(np.float32), causal, scale, p_dtype=p_dtype,
+                               accum=np.float32)
+        naive_err = np.abs(naive_o.astype(p_dtype).astype(np.float64) - ref_o).max()
+    got = backend.numpy(o)
+    assert np.isfinite(got).all()
+    err = np.abs(got - ref_o).max()
+    assert err <= 2 * naive_err + ATOL[dtype], (err, naive_err)
+    if lse is not None and lse_ref:
+        got_lse = backend.numpy(lse)
+        assert got_lse.shape == ref_lse.shape
+        assert np.array_equal(np.isinf(got_lse), np.isinf(ref_lse))
+        finite = np.isfinite(ref_lse)
+        assert np.abs(got_lse[finite] - ref_lse[finite]).max(initial=0) <= 2e-3
+
+
+LENGTHS = [1, 17, 64, 177]
+
+
+@pytest.mark.parametrize("sq,sk", list(itertools.product(LENGTHS, LENGTHS)))
+@pytest.mark.parametrize("causal", [False, True])
+def test_lengths(backend, sq, sk, causal):
+    rng = np.random.default_rng([sq, sk, causal])
+    ratio = [1, 2, 4, 8][(sq + sk) % 4]
+    for dtype in backend.dtypes():
+        q = backend.array(_data(rng, 2, sq, 2 * ratio, 64), dtype)
+        k = backend.array(_data(rng, 2, sk, 2, 64), dtype)
+        v = backend.array(_data(rng, 2, sk, 2, 64), dtype)
+        o, lse = flashattn.forward(q, k, v, causal=causal, return_lse=True)
+        assert tuple(o.shape) == (2, sq, 2 * ratio, 64)
+        assert tuple(lse.shape) == (2, 2 * ratio, sq)
+        _check(backend, q, k, v, o, lse, causal)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_head_dims_and_scale(backend, head_dim):
+    rng = np.random.default_rng(head_dim)
+    for dtype in backend.dtypes():
+        q = backend.array(_data(rng, 1, 130, 4, head_dim), dtype)
+        k = backend.array(_data(rng, 1, 97, 1, head_dim), dtype)
+        v = backend.array(_data(rng, 1, 97, 1, head_dim), dtype)
+        o = flashattn.forward(q, k, v, softmax_scale=0.2)
+        _check(backend, q, k, v, o, None, scale=0.2)
+
+
+def test_longer_sequences(backend):
+    rng = np.random.default_rng(1013)
+    dtype = backend.dtypes()[-1]
+    q = backend.array(_data(rng, 1, 1013, 2, 128), dtype)
+    k = backend.array(_data(rng, 1, 1024, 2, 128), dtype)
+    v = backend.array(_data(rng, 1, 1024, 2, 128), dtype)
+    for causal in (False, True):
+        o, lse = flashattn.forward(q, k, v, causal=causal, return_lse=True)
+        _check(backend, q, k, v, o, lse, causal)
+
+
+def test_strided_views(backend):
+    """q, k, v as views of one packed QKV tensor; out as a view of a wider buffer; a
+    (batch, heads, seq, dim) tensor transposed."""
+    rng = np.random.default_rng(7)
+    hq, hkv, d = 4, 2, 64
+    for dtype in backend.dtypes():
+        qkv = backend.array(_data(rng, 2, 77, hq + 2 * hkv, d), dtype)
+        q, k, v = qkv[:, :, :hq], qkv[:, :, hq:hq + hkv], qkv[:, :, hq + hkv:]
+        # 8 elements (16 bytes) of padding on each side keeps rows 16-byte aligned for the GPU.
+        wide = backend.empty((2, 77, hq, d + 16), dtype)
+        out = wide[..., 8:8 + d]
+        o = flashattn.forward(q, k, v, out=out, causal=True)
+        assert o is out
+        _check(backend, q, k, v, out, None, causal=True)
+        padding = backend.numpy(wide)
+        assert np.isnan(padding[..., :8]).all() and np.isnan(padding[..., 8 + d:]).all()
+        bhsd = backend.array(_data(rng, 2, hq, 50, d), dtype)
+        q2 = bhsd.transpose(1, 2) if backend.gpu else bhsd.transpose(0, 2, 1, 3)
+        o2 = flashattn.forward(q2, k[:, :50], v[:, :50])
+        _check(backend, q2, k[:, :50], v[:, :50], o2, None)
+
+
+def test_rows_without_keys(backend):
+    """Causal with seqlen_q > seqlen_k: the first rows see no key: out 0, LSE -inf."""
+    rng = np.random.default_rng(3)
+    dtype = backend.dtypes()[-1]
+    q = backend.array(_data(rng, 1, 40, 2, 64), dtype)
+    k = backend.array(_data(rng, 1, 16, 2, 64), dtype)
+    v = backend.array(_data(rng, 1, 16, 2, 64), dtype)
+    o, lse = flashattn.forward(q, k, v, causal=True, return_lse=True)
+    got, got_lse = backend.numpy(o), backend.numpy(lse)
+    assert (got[:, :24] == 0).all()
+    assert np.isneginf(got_lse[:, :, :24]).all()
+    _check(backend, q, k, v, o, lse, causal=True)
+
+
+def test_out_and_lse_in_place(backend):
+    rng = np.random.default_rng(11)
+    dtype = backend.dtypes()[-1]
+    q = backend.array(_data(rng, 2, 33, 2, 64), dtype)
+    k = backend.array(_data(rng, 2, 45, 2, 64), dtype)
+    v = backend.array(_data(rng, 2, 45, 2, 64), dtype)
+    out = backend.empty((2, 33, 2, 64), dtype)
+    lse = backend.empty((2, 2, 33), "float32")
+    o, l = flashattn.forward(q, k, v, out=(out, lse), return_lse=True)
+    assert o is out and l is lse
+    _check(backend, q, k, v, out, lse)
+
+
+def test_non_default_stream(backend):
+    if not backend.gpu:
+        pytest.skip("streams are GPU-only")
+    torch = backend.torch
+    rng = np.random.default_rng(5)
+    q = backend.array(_data(rng, 4, 512, 8, 128), "bfloat16")
+    k = backend.array(_data(rng, 4, 512, 8, 128), "bfloat16")
+    v = backend.array(_data(rng, 4, 512, 8, 128), "bfloat16")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the producer's current stream is the default for stream=None
+        o1 = flashattn.forward(q, k, v)
+    o2 = flashattn.forward(q, k, v, stream=side)  # a stream object
+    o3 = flashattn.forward(q, k, v, stream=side.cuda_stream)  # a raw handle
+    side.synchronize()
+    for o in (o1, o2, o3):
+        _check(backend, q, k, v, o, None)
+
+
+def test_matches_torch_sdpa_float64(backend):
+    """Against PyTorch's own attention in float64 on the GPU, the C++ tests' bound."""
+    if not backend.gpu:
+        pytest.skip("PyTorch CUDA only")
+    torch = backend.torch
+    rng = np.random.default_rng(9)
+    for dtype, causal in itertools.product(["float16", "bfloat16"], [False, True]):
+        q = backend.array(_data(rng, 2, 1013, 8, 128), dtype)
+        k = backend.array(_data(rng, 2, 1024, 2, 128), dtype)
+        v = backend.array(_data(rng, 2, 1024, 2, 128), dtype)
+        o = flashattn.forward(q, k, v, causal=causal)
+        q64, k64, v64 = (x.double().transpose(1, 2) for x in (q, k, v))
+        mask = None
+        if causal:  # bottom-right aligned
+            i = torch.arange(1013, device="cuda")[:, None]
+            j = torch.arange(1024, device="cuda")[None, :]
+            mask = j <= i + (1024 - 1013)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q64, k64, v64, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+        low = torch.nn.functional.scaled_dot_product_attention(
+            *(x.transpose(1, 2) for x in (q, k, v)), attn_mask=mask,
+            enable_gqa=True).transpose(1, 2).double()
+        naive_err = (low - ref).abs().max().item()
+        err = (o.double() - ref).abs().max().item()
+        assert err <= 2 * naive_err + ATOL[dtype], (dtype, causal, err, naive_err)

@@ -1,0 +1,17 @@
+"""Runs every code cell of examples/python/flashattn.ipynb in order, so the notebook cannot rot."""
+import json
+from pathlib import Path
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "examples" / "python" / "flashattn.ipynb"
+
+
+def test_notebook_runs(capsys):
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert code, "the notebook has code cells"
+    scope = {"__name__": "__notebook__"}
+    for i, cell in enumerate(code):
+        source = "".join(cell["source"])
+        exec(compile(source, f"{NOTEBOOK.name}[cell {i}]", "exec"), scope)
+    out = capsys.readouterr().out
+    assert "max abs error" in out

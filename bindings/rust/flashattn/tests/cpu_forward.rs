@@ -1,0 +1,157 @@
+//! The CPU path end to end, against a naive float64 reference.
+use flashattn::{Bf16, Config, Context, DType, Device, Element, F16};
+
+struct Problem {
+    batch: usize,
+    sq: usize,
+    sk: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    causal: bool,
+}
+
+/// Uniform in +-[1/64, 1] from a fixed LCG (no dependencies).
+fn data(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            let mag = 1.0 / 64.0 + u * (1.0 - 1.0 / 64.0);
+            if (s >> 7) & 1 == 1 { mag } else { -mag }
+        })
+        .collect()
+}
+
+/// Packed layouts; returns o [b, sq, hq, d] and lse [b, hq, sq] in f64.
+fn reference(p: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let scale = 1.0 / (p.d as f64).sqrt();
+    let mut o = vec![0.0; p.batch * p.sq * p.hq * p.d];
+    let mut lse = vec![f64::NEG_INFINITY; p.batch * p.hq * p.sq];
+    for b in 0..p.batch {
+        for h in 0..p.hq {
+            let g = h / (p.hq / p.hkv);
+            for i in 0..p.sq {
+                let visible = |j: usize| !p.causal || (j as i64) <= i as i64 + p.sk as i64 - p.sq as i64;
+                let s: Vec<f64> = (0..p.sk)
+                    .map(|j| {
+                        if !visible(j) {
+                            return f64::NEG_INFINITY;
+                        }
+                        (0..p.d)
+                            .map(|c| q[((b * p.sq + i) * p.hq + h) * p.d + c] * k[((b * p.sk + j) * p.hkv + g) * p.d + c])
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if m == f64::NEG_INFINITY {
+                    continue;
+                }
+                let l: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                lse[(b * p.hq + h) * p.sq + i] = m + l.ln();
+                for c in 0..p.d {
+                    o[((b * p.sq + i) * p.hq + h) * p.d + c] = (0..p.sk)
+                        .map(|j| (s[j] - m).exp() / l * v[((b * p.sk + j) * p.hkv + g) * p.d + c])
+                        .sum();
+                }
+            }
+        }
+    }
+    (o, lse)
+}
+
+fn run<T: Element>(p: &Problem, to: fn(f64) -> T, from: fn(T) -> f64, tol: f64) {
+    let ctx = Context::new(Device::Cpu).unwrap();
+    let config = Config::builder(T::DTYPE, p.batch as i64, p.sq as i64, p.sk as i64, p.hq as i64,
+                                 p.hkv as i64, p.d as i64)
+        .causal(p.causal)
+        .build()
+        .unwrap();
+    // Inputs rounded to T first, so the reference sees exactly what the library sees.
+    let round = |x: Vec<f64>| -> Vec<T> { x.into_iter().map(to).collect() };
+    let q = round(data(p.batch * p.sq * p.hq * p.d, 1));
+    let k = round(data(p.batch * p.sk * p.hkv * p.d, 2));
+    let v = round(data(p.batch * p.sk * p.hkv * p.d, 3));
+    let back = |x: &[T]| -> Vec<f64> { x.iter().map(|&e| from(e)).collect() };
+    let (ref_o, ref_lse) = reference(p, &back(&q), &back(&k), &back(&v));
+    let mut o = vec![to(f64::NAN); q.len()];
+    let mut lse = vec![f32::NAN; p.batch * p.hq * p.sq];
+    ctx.forward(&config, &q, &k, &v, &mut o, Some(&mut lse)).unwrap();
+    for (got, want) in back(&o).iter().zip(&ref_o) {
+        assert!((got - want).abs() <= tol, "o {got} vs {want}");
+    }
+    for (got, want) in lse.iter().zip(&ref_lse) {
+        if want.is_infinite() {
+            assert_eq!(*got as f64, *want);
+        } else {
+            assert!((*got as f64 - want).abs() <= 1e-4, "lse {got} vs {want}");
+        }
+    }
+    // A plan gives the same result.
+    let plan = ctx.plan(&config).unwrap();
+    assert!(plan.kernel().unwrap().is_none());
+    assert_eq!(plan.workspace_size().unwrap(), 0);
+    let mut o2 = vec![to(f64::NAN); q.len()];
+    plan.run(&q, &k, &v, &mut o2, None).unwrap();
+    assert_eq!(back(&o2), back(&o));
+}
+
+const SHAPES: [Problem; 4] = [
+    Problem { batch: 2, sq: 17, sk: 33, hq: 4, hkv: 2, d: 16, causal: false },
+    Problem { batch: 1, sq: 40, sk: 16, hq: 8, hkv: 1, d: 32, causal: true },
+    Problem { batch: 1, sq: 1, sk: 77, hq: 2, hkv: 2, d: 64, causal: true },
+    Problem { batch: 3, sq: 64, sk: 64, hq: 2, hkv: 1, d: 8, causal: true },
+];
+
+#[test]
+fn f32_matches_reference() {
+    for p in &SHAPES {
+        run::<f32>(p, |x| x as f32, |x| x as f64, 1e-5);
+    }
+}
+
+#[test]
+fn f16_matches_reference() {
+    // fp32 accumulation, one rounding to fp16: within an ulp (2^-11 relative, |o| < 1).
+    for p in &SHAPES {
+        run::<F16>(p, |x| F16::from_f32(x as f32), |x| x.to_f32() as f64, 1e-3);
+    }
+}
+
+#[test]
+fn bf16_matches_reference() {
+    // One rounding to bf16: within an ulp (2^-8 relative, |o| < 1).
+    for p in &SHAPES {
+        run::<Bf16>(p, |x| Bf16::from_f32(x as f32), |x| x.to_f32() as f64, 8e-3);
+    }
+}
+
+#[test]
+fn strided_views_of_a_packed_qkv_buffer() {
+    let (b, s, hq, hkv, d) = (2usize, 19usize, 4usize, 2usize, 8usize);
+    let row = (hq + 2 * hkv) * d;
+    let qkv: Vec<f32> = data(b * s * row, 9).into_iter().map(|x| x as f32).collect();
+    let ctx = Context::new(Device::Cpu).unwrap();
+    let strides = ((s * row) as i64, row as i64, d as i64);
+    let config = Config::builder(DType::F32, b as i64, s as i64, s as i64, hq as i64, hkv as i64, d as i64)
+        .q_strides(strides.0, strides.1, strides.2)
+        .k_strides(strides.0, strides.1, strides.2)
+        .v_strides(strides.0, strides.1, strides.2)
+        .build()
+        .unwrap();
+    let mut o = vec![0f32; b * s * hq * d];
+    ctx.forward(&config, &qkv, &qkv[hq * d..], &qkv[(hq + hkv) * d..], &mut o, None).unwrap();
+    // The same problem from packed copies.
+    let pick = |start: usize, heads: usize| -> Vec<f32> {
+        (0..b * s).flat_map(|r| qkv[r * row + start..r * row + start + heads * d].to_vec()).collect()
+    };
+    let (q, k, v) = (pick(0, hq), pick(hq * d, hkv), pick((hq + hkv) * d, hkv));
+    let packed = Config::builder(DType::F32, b as i64, s as i64, s as i64, hq as i64, hkv as i64, d as i64)
+        .build()
+        .unwrap();
+    let mut o2 = vec![0f32; o.len()];
+    ctx.forward(&packed, &q, &k, &v, &mut o2, None).unwrap();
+    assert_eq!(o, o2);
+}
