@@ -373,8 +373,19 @@ FA_API fa_status fa_kernel_config_validate(const fa_kernel_config* config);
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_kernel_config_autotune_filter(const fa_kernel_config* config, int* keep);
 
+/*! fa_kernel_config_canonical() :
+ *  Some configs compile to the same code as another (a load granularity that covers the whole
+ *  dimension is the whole-block load; double buffering with a single load group does nothing);
+ *  each such set is registered once, under its canonical config, which this returns.
+ *  @param out  caller-initialised; receives the canonical config (== *config when it is canonical).
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE.
+ *  Thread-safe. Since 0.2.0. */
+FA_API fa_status fa_kernel_config_canonical(const fa_kernel_config* config, fa_kernel_config* out);
+
 /*! fa_kernel_is_registered() :
- *  @param registered  receives 1 if a kernel with exactly this config is compiled into the library.
+ *  @param registered  receives 1 if a kernel with this config, or with its canonical config
+ *                     (fa_kernel_config_canonical()), is compiled into the library; pinning such a
+ *                     config runs the canonical kernel.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE.
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_kernel_is_registered(const fa_kernel_config* config, int* registered);

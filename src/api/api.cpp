@@ -63,10 +63,12 @@ fa_status find_pinned(fa_context_s const* ctx, KernelConfig const& pinned, Probl
     return fail(FA_STATUS_INVALID_KERNEL_CONFIG, "%s: %s", fa::short_name(pinned).c_str(),
                 why.c_str());
   }
+  // A config whose extra fields are no-ops runs as the canonical kernel registered for it.
+  KernelConfig const registered = canonical(pinned);
   auto it = std::find_if(ctx->gpu.kernels.begin(), ctx->gpu.kernels.end(),
-                         [&](auto const* e) { return e->config == pinned; });
+                         [&](auto const* e) { return e->config == registered; });
   if (it == ctx->gpu.kernels.end()) {
-    bool compiled = fa::cuda::registry().count(pinned) != 0;
+    bool compiled = cuda::registry().count(registered) != 0;
     return fail(FA_STATUS_KERNEL_NOT_AVAILABLE, "%s: %s", fa::short_name(pinned).c_str(),
                 compiled ? "compiled, but not runnable on this device"
                          : "not compiled into this build");
@@ -378,8 +380,17 @@ FA_API fa_status fa_kernel_is_registered(fa_kernel_config const* config, int* re
     fa::KernelConfig c;
     if (fa_status s = fa::to_kernel_config(config, &c); s != FA_STATUS_SUCCESS) return s;
     if (registered == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "registered is NULL");
-    *registered = fa::cuda::registry().count(c) != 0 ? 1 : 0;
+    *registered = fa::cuda::registry().count(fa::canonical(c)) != 0 ? 1 : 0;
     return FA_STATUS_SUCCESS;
+  });
+}
+
+FA_API fa_status fa_kernel_config_canonical(fa_kernel_config const* config,
+                                            fa_kernel_config* out) {
+  return fa::guarded([&] {
+    fa::KernelConfig c;
+    if (fa_status s = fa::to_kernel_config(config, &c); s != FA_STATUS_SUCCESS) return s;
+    return fa::from_kernel_config(fa::canonical(c), out);
   });
 }
 

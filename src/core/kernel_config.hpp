@@ -102,6 +102,21 @@ constexpr bool all(KernelConfig const& c) {
 
 }  // namespace rules
 
+// The config that compiles to the same code as `c` and stands for it in the registry (the
+// generator registers only canonical configs). Three fields can be no-ops:
+//   - K loaded d_head/8 fragments at a time is the whole block, as K = 0 (when Q is resident; a
+//     streamed Q reloads per block and differs);
+//   - V loaded B_c/8 fragments at a time is the whole block, as V = 0;
+//   - double buffering changes nothing when neither GEMM loads in more than one group.
+constexpr KernelConfig canonical(KernelConfig c) {
+  if (c.Q_mma_load_K_tiles == 0 && c.K_mma_load_K_tiles * 8 == c.d_head) c.K_mma_load_K_tiles = 0;
+  if (c.V_mma_load_K_tiles * 8 == c.B_c) c.V_mma_load_K_tiles = 0;
+  bool const qk_groups = c.K_mma_load_K_tiles != 0 && c.K_mma_load_K_tiles * 8 < c.d_head;
+  bool const pv_groups = c.V_mma_load_K_tiles != 0 && c.V_mma_load_K_tiles * 8 < c.B_c;
+  if (!qk_groups && !pv_groups) c.mma_double_buffer_loads = false;
+  return c;
+}
+
 // The first broken rule, worded for a user; empty when the config is valid.
 std::string validate(KernelConfig const& c);
 

@@ -175,6 +175,32 @@ TEST_CASE("the seed's autotune space filters to 40 configs per dtype, all valid"
   }
 }
 
+TEST_CASE("canonical configs: each no-op field folds, and only then") {
+  auto canon = [](Knobs const& k) {
+    fa_kernel_config in = make(k), out;
+    REQUIRE(fa_kernel_config_init(&out) == FA_STATUS_SUCCESS);
+    REQUIRE(fa_kernel_config_canonical(&in, &out) == FA_STATUS_SUCCESS);
+    return name_of(out);
+  };
+  // K loaded d_head/8 fragments at a time with Q resident is the whole-block load ...
+  CHECK(canon({.B_r = 64, .Q = 0, .K = 16, .V = 2, .buffer = 0}) ==
+        canon({.B_r = 64, .Q = 0, .K = 0, .V = 2, .buffer = 0}));
+  // ... but not with Q streamed (it reloads Q every block), nor at a smaller granularity.
+  CHECK(canon({.Q = 16, .K = 16, .V = 2, .buffer = 0}) ==
+        name_of(make({.Q = 16, .K = 16, .V = 2, .buffer = 0})));
+  CHECK(canon({.B_r = 64, .Q = 0, .K = 8, .V = 2, .buffer = 0}) ==
+        name_of(make({.B_r = 64, .Q = 0, .K = 8, .V = 2, .buffer = 0})));
+  // V loaded B_c/8 fragments at a time is the whole-block load; a smaller granularity is not.
+  CHECK(canon({.V = 8, .buffer = 0}) == canon({.V = 0, .buffer = 0}));
+  CHECK(canon({.V = 4, .buffer = 0}) == name_of(make({.V = 4, .buffer = 0})));
+  // Double buffering with a single load group in both GEMMs does nothing; with two it does.
+  CHECK(canon({.B_r = 64, .Q = 0, .K = 0, .V = 0, .buffer = 1}) ==
+        name_of(make({.B_r = 64, .Q = 0, .K = 0, .V = 0, .buffer = 0})));
+  CHECK(canon({.B_r = 64, .Q = 0, .K = 0, .V = 2, .buffer = 1}) ==
+        name_of(make({.B_r = 64, .Q = 0, .K = 0, .V = 2, .buffer = 1})));
+  CHECK(canon({}) == name_of(make({})));
+}
+
 TEST_CASE("short names: format, and print/parse round trip of every registered kernel") {
   CHECK(name_of(make({})) == "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer");
   CHECK(name_of(make({.dtype = FA_DTYPE_FP16, .B_r = 64, .async_copy = 1, .eager = 0, .swizzled = 0,

@@ -50,6 +50,18 @@ TEST_CASE("registry equals the generator's list, in order") {
     REQUIRE(fa_kernel_is_registered(&c, &registered) == FA_STATUS_SUCCESS);
     CHECK(registered == 1);
     if (i > 0) CHECK(key(previous) < key(c));  // strictly increasing: sorted, no duplicates
+    // Only canonical configs are registered: no two entries compile to the same code.
+    fa_kernel_config canon;
+    REQUIRE(fa_kernel_config_init(&canon) == FA_STATUS_SUCCESS);
+    REQUIRE(fa_kernel_config_canonical(&c, &canon) == FA_STATUS_SUCCESS);
+    CHECK(key(canon) == key(c));
+    // A no-op variant (double buffering a whole-block kernel) counts as registered.
+    if (c.K_mma_load_K_tiles == 0 && c.V_mma_load_K_tiles == 0) {
+      fa_kernel_config variant = c;
+      variant.mma_double_buffer_loads = 1 - c.mma_double_buffer_loads;
+      REQUIRE(fa_kernel_is_registered(&variant, &registered) == FA_STATUS_SUCCESS);
+      CHECK(registered == 1);
+    }
     previous = c;
   }
 }

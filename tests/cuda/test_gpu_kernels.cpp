@@ -514,6 +514,47 @@ TEST_CASE("one GPU context used from many threads, each on its own stream") {
   }
 }
 
+TEST_CASE("tensors spanning more than 2^31 elements use 64-bit offsets") {
+  // q and o of batch 2 with a batch stride just past 2^31 elements: batch 1 starts 4 GiB in.
+  TestProblem p = make_problem(FA_DTYPE_BF16, 2, 177, 200, 4, 2, 128, true);
+  Checked c{p, {}, {}, {}, 0.0, nullptr};
+  REQUIRE(prepare(c, g_seed + 31) == "");
+  int64_t const stride = (int64_t(1) << 31) + 1024;
+  size_t const big = static_cast<size_t>(stride + p.q.batch_stride) * 2;  // bytes of q (and o)
+  size_t const batch_bytes = static_cast<size_t>(p.q.batch_stride) * 2;
+  unsigned char *q = nullptr, *o = nullptr, *kv = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&q), big));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&o), big));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&kv), c.host.in.size()));
+  CUDA_OK(cudaMemcpy(kv, c.host.in.data(), c.host.in.size(), cudaMemcpyHostToDevice));
+  auto const* q_host = static_cast<unsigned char const*>(c.host.q(p));
+  for (int b = 0; b < 2; ++b) {
+    CUDA_OK(cudaMemcpy(q + b * stride * 2, q_host + b * batch_bytes, batch_bytes,
+                       cudaMemcpyHostToDevice));
+  }
+  fa_config cfg = make_config(p);
+  cfg.q_batch_stride = cfg.o_batch_stride = stride;
+  cfg.q_seq_stride = cfg.o_seq_stride = p.q.seq_stride;
+  cfg.q_head_stride = cfg.o_head_stride = p.q.head_stride;
+  fa_status s = fa_forward(g_ctx, &cfg, q, kv + p.k.offset * 2, kv + p.v.offset * 2, o, nullptr,
+                           nullptr);
+  INFO(std::string(fa_last_error_detail()));
+  REQUIRE(s == FA_STATUS_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  // Gather both batches of o back into the packed layout the reference uses.
+  std::vector<unsigned char> packed(c.host.out.size());
+  for (int b = 0; b < 2; ++b) {
+    CUDA_OK(cudaMemcpy(packed.data() + b * batch_bytes, o + b * stride * 2, batch_bytes,
+                       cudaMemcpyDeviceToHost));
+  }
+  ErrorStats e = compare_output(p, packed.data(), c.ref_o, Tolerance{2 * c.naive_err + 1e-3, 0, 0});
+  INFO("max error " << e.max_abs);
+  CHECK(e.n_bad == 0);
+  cudaFree(q);
+  cudaFree(o);
+  cudaFree(kv);
+}
+
 TEST_CASE("GPU error paths: status, message, outputs untouched") {
   TestProblem p = make_problem(FA_DTYPE_BF16, 1, 128, 128, 2, 2, 128, false);
   HostBuffers host = make_buffers(p, g_seed + 5);
@@ -559,6 +600,19 @@ TEST_CASE("GPU error paths: status, message, outputs untouched") {
   if (registered) {
     CHECK(fa_plan_create_with_kernel(g_ctx, &base, &kc, &plan) == FA_STATUS_KERNEL_NOT_AVAILABLE);
     CHECK(std::string(fa_last_error_detail()).find("dtype") != std::string::npos);
+  }
+  // A config with a no-op field runs as its canonical kernel (when that one is registered).
+  REQUIRE(fa_kernel_config_parse("(BF16, 128, 64, 64, 4): async+eager+swizzled+load_0_0_0_tiles+buffer",
+                                 &kc) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_kernel_is_registered(&kc, &registered) == FA_STATUS_SUCCESS);
+  if (registered) {
+    REQUIRE(fa_plan_create_with_kernel(g_ctx, &base, &kc, &plan) == FA_STATUS_SUCCESS);
+    fa_kernel_config bound;
+    REQUIRE(fa_kernel_config_init(&bound) == FA_STATUS_SUCCESS);
+    REQUIRE(fa_plan_kernel(plan, &bound) == FA_STATUS_SUCCESS);
+    CHECK(name_of(bound) == "(BF16, 128, 64, 64, 4): async+eager+swizzled+load_0_0_0_tiles");
+    fa_plan_destroy(plan);
+    plan = nullptr;
   }
   REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 48, 4): swizzled+load_4_4_2_tiles", &kc) ==
           FA_STATUS_SUCCESS);

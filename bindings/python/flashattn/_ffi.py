@@ -87,6 +87,7 @@ SIGNATURES = {
     "fa_kernel_config_parse": (fa_status, [c_char_p, _P(fa_kernel_config)]),
     "fa_kernel_config_validate": (fa_status, [_P(fa_kernel_config)]),
     "fa_kernel_config_autotune_filter": (fa_status, [_P(fa_kernel_config), _P(c_int)]),
+    "fa_kernel_config_canonical": (fa_status, [_P(fa_kernel_config), _P(fa_kernel_config)]),
     "fa_kernel_is_registered": (fa_status, [_P(fa_kernel_config), _P(c_int)]),
     "fa_context_set_kernel": (fa_status, [fa_context_p, _P(fa_config), _P(fa_kernel_config)]),
     "fa_autotune": (fa_status, [fa_context_p, _P(fa_config), c_void_p, c_void_p, c_void_p,

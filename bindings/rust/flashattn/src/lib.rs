@@ -501,7 +501,18 @@ impl KernelConfig {
         Ok(if keep == 1 { None } else { Some(last_detail()) })
     }
 
-    /// Whether this kernel is compiled into the library (`fa_kernel_is_registered`).
+    /// The config compiled in this one's place when its extra fields are no-ops
+    /// (`fa_kernel_config_canonical`).
+    pub fn canonical(&self) -> Result<KernelConfig> {
+        let raw = self.to_raw();
+        let mut out = empty_kernel_config();
+        // Safety: valid pointers to initialised structs.
+        check(unsafe { sys::fa_kernel_config_canonical(&raw, &mut out) })?;
+        KernelConfig::from_raw(&out)
+    }
+
+    /// Whether this kernel (or its canonical form) is compiled into the library
+    /// (`fa_kernel_is_registered`).
     pub fn is_registered(&self) -> Result<bool> {
         let raw = self.to_raw();
         let mut registered = 0;

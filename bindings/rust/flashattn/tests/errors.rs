@@ -104,6 +104,7 @@ fn registry_listing_round_trips_through_names() {
         let name = k.to_string();
         assert_eq!(name.parse::<KernelConfig>().unwrap(), *k);
         assert!(k.is_registered().unwrap());
+        assert_eq!(k.canonical().unwrap(), *k);
         k.validate().unwrap();
     }
     assert_eq!(flashattn::version(), "0.2.0");
