@@ -225,9 +225,11 @@ dim3 make_grid(KernelConfig const& k, Problem const& p) {
   return dim3(static_cast<unsigned>((p.seqlen_q + k.B_r - 1) / k.B_r * p.heads_q * p.batch));
 }
 
-fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams params, dim3 grid,
-                 void const* q, void const* k, void const* v, void* o, float* lse,
-                 cudaStream_t stream) {
+namespace {
+
+// Checks the tensor pointers (non-NULL, aligned) and writes them into `params`.
+fa_status bind_tensors(ForwardParams* params, void const* q, void const* k, void const* v, void* o,
+                       float* lse) {
   struct Pointer {
     char const* name;
     void const* value;
@@ -242,18 +244,31 @@ fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams 
     return fail(FA_STATUS_INVALID_ARGUMENT, "lse = %p is not 4-byte aligned",
                 static_cast<void*>(lse));
   }
-  params.q = q;
-  params.k = k;
-  params.v = v;
-  params.o = o;
-  params.lse = lse;
-  return on_device(device.ordinal, [&] {
-    if (cudaError_t e = kernel.launch(params, grid, stream); e != cudaSuccess) {
-      cudaGetLastError();  // the launch error is reported here, not left for the caller's next call
-      return cuda_fail(e, ("launching " + short_name(kernel.config)).c_str());
-    }
-    return FA_STATUS_SUCCESS;
-  });
+  params->q = q;
+  params->k = k;
+  params->v = v;
+  params->o = o;
+  params->lse = lse;
+  return FA_STATUS_SUCCESS;
+}
+
+// Launches with bound tensors; the caller has made the device current.
+fa_status launch_bound(KernelEntry const& kernel, ForwardParams const& params, dim3 grid,
+                       cudaStream_t stream) {
+  if (cudaError_t e = kernel.launch(params, grid, stream); e != cudaSuccess) {
+    cudaGetLastError();  // the launch error is reported here, not left for the caller's next call
+    return cuda_fail(e, ("launching " + short_name(kernel.config)).c_str());
+  }
+  return FA_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams params, dim3 grid,
+                 void const* q, void const* k, void const* v, void* o, float* lse,
+                 cudaStream_t stream) {
+  if (fa_status s = bind_tensors(&params, q, k, v, o, lse); s != FA_STATUS_SUCCESS) return s;
+  return on_device(device.ordinal, [&] { return launch_bound(kernel, params, grid, stream); });
 }
 
 fa_status time_kernel(Device const& device, KernelEntry const& kernel, Problem const& p,
@@ -261,20 +276,17 @@ fa_status time_kernel(Device const& device, KernelEntry const& kernel, Problem c
                       cudaStream_t stream, int runs, float* median_ms) {
   ForwardParams params = make_params(kernel.config, p);
   dim3 const grid = make_grid(kernel.config, p);
-  // The warm-up launch also checks the pointers; the timed launches below reuse them.
-  if (fa_status s = launch(device, kernel, params, grid, q, k, v, o, lse, stream);
-      s != FA_STATUS_SUCCESS) {
-    return s;
-  }
-  params.q = q;
-  params.k = k;
-  params.v = v;
-  params.o = o;
-  params.lse = lse;
+  if (fa_status s = bind_tensors(&params, q, k, v, o, lse); s != FA_STATUS_SUCCESS) return s;
   return on_device(device.ordinal, [&] {
-    cudaEvent_t events[2];
+    if (fa_status s = launch_bound(kernel, params, grid, stream); s != FA_STATUS_SUCCESS) {
+      return s;  // the warm-up run
+    }
+    cudaEvent_t events[2] = {};
     for (cudaEvent_t& e : events) {
       if (cudaError_t err = cudaEventCreate(&e); err != cudaSuccess) {
+        for (cudaEvent_t created : events) {
+          if (created != nullptr) cudaEventDestroy(created);
+        }
         return cuda_fail(err, "cudaEventCreate");
       }
     }
