@@ -140,9 +140,11 @@ FA_API const char* fa_status_string(fa_status status);
 
 /*! fa_last_error_detail() :
  *  @return the detail message of the last failing call made by this thread (for example
- *          "fa_config.heads_q = 12 is not a multiple of heads_kv = 5"), or "" when the last call
- *          succeeded. The string lives in thread-local storage: it stays valid until this thread's next
- *          call into the library. Never NULL.
+ *          "fa_config.heads_q = 12 is not a multiple of heads_kv = 5"). Every function that returns
+ *          a fa_status clears it first, so it is "" after one that succeeded (except where a
+ *          function documents a message on success, as fa_kernel_config_autotune_filter()).
+ *          The string lives in thread-local storage: it stays valid until this thread's next call
+ *          into the library. Never NULL.
  *  Thread-safe (each thread has its own message). Since 0.1.0. */
 FA_API const char* fa_last_error_detail(void);
 
@@ -168,8 +170,9 @@ typedef enum fa_dtype {
  *
  *  Strides are in elements. When the three strides of one tensor are all 0 (fa_config_init()'s default),
  *  that tensor is taken as packed: batch stride seqlen*heads*head_dim, seq stride heads*head_dim, head
- *  stride head_dim. Otherwise each stride must be >= 0, and o's strides must not make two elements of o
- *  share memory. Inputs may overlap (a stride of 0 broadcasts). */
+ *  stride head_dim (so a tensor broadcast along all three dimensions cannot be expressed). Otherwise
+ *  each stride must be >= 0, and o's strides must not make two elements of o share memory. Inputs may
+ *  overlap each other (a stride of 0 broadcasts); o and lse must not overlap q, k, v or each other. */
 typedef struct fa_config {
   size_t struct_size;   /*!< sizeof(fa_config) of the caller's header; set by fa_config_init(). */
   int32_t dtype;        /*!< fa_dtype of q, k, v and o. Default FA_DTYPE_BF16. */
@@ -183,7 +186,7 @@ typedef struct fa_config {
   int64_t heads_kv;     /*!< >= 1. */
   int64_t head_dim;     /*!< >= 1. GPU kernels cover the head dims listed by the registry. */
   float softmax_scale;  /*!< Multiplies the scores before the softmax. 0 (the default) means
-                             1/sqrt(head_dim). Must be finite. */
+                             1/sqrt(head_dim). Must be finite; the GPU kernels need it positive. */
   int32_t reserved0;    /*!< Must be 0 (keeps the int64 strides 8-byte aligned on every ABI). */
   int64_t q_batch_stride, q_seq_stride, q_head_stride; /*!< Strides of q, in elements. */
   int64_t k_batch_stride, k_seq_stride, k_head_stride; /*!< Strides of k, in elements. */
@@ -270,7 +273,7 @@ FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
  *  @param config  the problem; read during the call only.
  *  @param q,k,v   inputs: device pointers on a GPU context, host pointers on a CPU context. On a GPU
  *                 each base pointer must be 16-byte aligned and every stride but the last a multiple of
- *                 8 elements (16 bytes), else FA_STATUS_UNSUPPORTED.
+ *                 8 elements (16 bytes), and softmax_scale positive, else FA_STATUS_UNSUPPORTED.
  *  @param o       output, same rules; written only on success.
  *  @param lse     optional float32 output [batch, heads_q, seqlen_q], contiguous; NULL to skip.
  *  @param stream  on a GPU context, the stream the kernel is launched on; the call returns without
@@ -340,7 +343,8 @@ FA_API fa_status fa_kernel_get(size_t index, fa_kernel_config* out);
  *  always, buffer, opt_softmax) joined by '+'.
  *  @param buf       receives the NUL-terminated name; may be NULL when buf_size is 0.
  *  @param buf_size  size of buf in bytes.
- *  @param needed    optional; receives the buffer size the name needs, NUL included (always < 128).
+ *  @param needed    optional; receives the buffer size the name needs, NUL included (under 128 for
+ *                   any config that passes fa_kernel_config_validate()).
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (config NULL, unknown dtype, or buf too small:
  *          then buf is untouched and *needed is still set); FA_STATUS_BAD_STRUCT_SIZE.
  *  The config need not be valid. Thread-safe. Since 0.1.0. */
@@ -474,9 +478,9 @@ FA_API fa_status fa_plan_create(fa_context_t* ctx, const fa_config* config, fa_p
 /*! fa_plan_create_with_kernel() :
  *  As fa_plan_create(), but pins the GPU kernel `kernel` instead of letting the context choose.
  *  @return as fa_plan_create(); FA_STATUS_INVALID_KERNEL_CONFIG if `kernel` breaks a rule;
- *          FA_STATUS_KERNEL_NOT_AVAILABLE if it is not compiled in, or cannot run this problem (wrong
- *          dtype or head_dim, a length that is not a multiple of its block sizes, ...: the message says
- *          which); FA_STATUS_WRONG_CONTEXT on a CPU context.
+ *          FA_STATUS_KERNEL_NOT_AVAILABLE if it is not compiled in, or cannot run this problem (another
+ *          dtype or head_dim, a grid over 2^31 - 1 blocks: the message says which);
+ *          FA_STATUS_WRONG_CONTEXT on a CPU context.
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_plan_create_with_kernel(fa_context_t* ctx, const fa_config* config,
                                             const fa_kernel_config* kernel, fa_plan_t** out);
@@ -503,9 +507,9 @@ FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);
  *  @param workspace_size  its size in bytes.
  *  @param stream          as fa_forward().
  *  On a GPU the call only launches: no allocation, no host synchronisation, safe in stream capture.
- *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL tensor); FA_STATUS_UNSUPPORTED (a
- *          misaligned pointer); FA_STATUS_WORKSPACE_TOO_SMALL; FA_STATUS_WRONG_CONTEXT;
- *          FA_STATUS_CUDA_ERROR.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (a NULL tensor, or an lse that is not
+ *          4-byte aligned); FA_STATUS_UNSUPPORTED (q, k, v or o not 16-byte aligned on a GPU);
+ *          FA_STATUS_WORKSPACE_TOO_SMALL; FA_STATUS_WRONG_CONTEXT; FA_STATUS_CUDA_ERROR.
  *  Thread-safe: one plan may be run from several threads at once. Since 0.1.0. */
 FA_API fa_status fa_plan_run(const fa_plan_t* plan, const void* q, const void* k, const void* v, void* o,
                              float* lse, void* workspace, size_t workspace_size, fa_stream_t stream);

@@ -67,7 +67,15 @@ fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, int64_t 
                           int64_t const (&in)[3], TensorStrides* out) {
   static char const* const kDims[3] = {"batch", "seq", "head"};
   if (in[0] == 0 && in[1] == 0 && in[2] == 0) {
-    *out = {seq * heads * dim, heads * dim, dim};
+    int64_t row, batch;
+    if (__builtin_mul_overflow(heads, dim, &row) || __builtin_mul_overflow(seq, row, &batch)) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "fa_config: packed tensor %s of %lld x %lld x %lld elements per batch entry "
+                  "overflows int64",
+                  name, static_cast<long long>(seq), static_cast<long long>(heads),
+                  static_cast<long long>(dim));
+    }
+    *out = {batch, row, dim};
     return FA_STATUS_SUCCESS;
   }
   for (int i = 0; i < 3; ++i) {

@@ -37,8 +37,6 @@ fa_status require_gpu(fa_context_s const* ctx, char const* what) {
   return FA_STATUS_SUCCESS;
 }
 
-char const* dtype_token(DType t) { return t == DType::kFP16 ? "FP16" : "BF16"; }
-
 }  // namespace
 }  // namespace fa
 
@@ -129,7 +127,7 @@ FA_API fa_status fa_context_save_tuning(fa_context_t const* ctx, char const* pat
       std::lock_guard lock(ctx->mutex);
       for (auto const& [key, entry] : ctx->tuned) {
         auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k] = key;
-        text << fa::dtype_token(static_cast<fa::DType>(dtype)) << ' ' << head_dim << ' '
+        text << fa::dtype_name(static_cast<fa::DType>(dtype)) << ' ' << head_dim << ' '
              << (causal ? 1 : 0) << ' ' << seqlen_q << ' ' << seqlen_k << " | "
              << fa::short_name(entry->config) << '\n';
       }

@@ -8,15 +8,6 @@ namespace fa {
 
 namespace {
 
-char const* dtype_name(DType t) {
-  switch (t) {
-    case DType::kFP16: return "FP16";
-    case DType::kBF16: return "BF16";
-    case DType::kFP32: return "FP32";
-  }
-  return "?";
-}
-
 std::string fmt(char const* format, auto... args) {
   char buf[256];
   std::snprintf(buf, sizeof buf, format, args...);
@@ -70,7 +61,22 @@ bool iequals(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+char const* dtype_name(DType t) {
+  switch (t) {
+    case DType::kFP16: return "FP16";
+    case DType::kBF16: return "BF16";
+    case DType::kFP32: return "FP32";
+  }
+  return "?";
+}
+
 std::string validate(KernelConfig const& c) {
+  if (!rules::fields_in_range(c)) {
+    return fmt("d_head = %d, B_r = %d, B_c = %d, n_warps = %d and the load tiles (%d, %d, %d) "
+               "must each lie in [0, 65536]",
+               c.d_head, c.B_r, c.B_c, c.n_warps, c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles,
+               c.V_mma_load_K_tiles);
+  }
   if (!rules::dtype_ok(c))
     return fmt("dtype = %d must be FP16 (%d) or BF16 (%d)", int(c.dtype), int(DType::kFP16),
                int(DType::kBF16));
@@ -83,7 +89,7 @@ std::string validate(KernelConfig const& c) {
   if (!rules::B_c_ok(c)) return fmt("B_c = %d must be a positive multiple of 16", c.B_c);
   if (!rules::copy_rows_ok(c))
     return fmt("B_r = %d and B_c = %d must be multiples of threads / 8 = %d (rows per copy pass)",
-               c.B_r, c.B_c, c.threads() / 8);
+               c.B_r, c.B_c, static_cast<int>(c.threads() / 8));
   if (!rules::Q_tiles_ok(c))
     return load_tiles_reason("Q", c.Q_mma_load_K_tiles, c.d_head, "d_head", c.mma_double_buffer_loads);
   if (!rules::K_tiles_ok(c))
@@ -94,8 +100,8 @@ std::string validate(KernelConfig const& c) {
     return fmt("Q_mma_load_K_tiles = %d must be 0 or equal K_mma_load_K_tiles = %d",
                c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles);
   if (!rules::smem_ok(c))
-    return fmt("shared memory (B_r + 2 * B_c) * d_head * 2 = %d bytes exceeds %d", c.smem_bytes(),
-               kMaxSmemBytesAnyArch);
+    return fmt("shared memory (B_r + 2 * B_c) * d_head * 2 = %lld bytes exceeds %d",
+               static_cast<long long>(c.smem_bytes()), kMaxSmemBytesAnyArch);
   return {};
 }
 

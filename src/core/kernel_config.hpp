@@ -33,9 +33,12 @@ struct KernelConfig {
   // Lexicographic over the fields in declaration order, false < true: the seed's operator<.
   constexpr auto operator<=>(KernelConfig const&) const = default;
 
-  constexpr int threads() const { return n_warps * 32; }
-  // Q, K and V tiles, single-buffered; O is staged in Q's region.
-  constexpr int smem_bytes() const { return (B_r + 2 * B_c) * d_head * dtype_size(dtype); }
+  constexpr int64_t threads() const { return int64_t(n_warps) * 32; }
+  // Q, K and V tiles, single-buffered; O is staged in Q's region. In int64: the rules evaluate it
+  // on unvalidated configs, whose fields can be anything.
+  constexpr int64_t smem_bytes() const {
+    return (int64_t(B_r) + 2 * int64_t(B_c)) * d_head * dtype_size(dtype);
+  }
 };
 
 // Hopper's opt-in limit per block (227 KiB); sm_80 allows 163 KiB, checked per device at run time.
@@ -52,6 +55,8 @@ constexpr bool load_tiles_pow2(int n) { return is_pow2_or_zero(n) && n != 1; }
 constexpr bool load_tiles_fit(int n, int extent, bool double_buffer) {
   return n <= (double_buffer ? extent / 2 : extent) / 8;
 }
+// Fields bounded before any arithmetic on them, so no rule overflows on a wild config.
+constexpr bool in_range(int32_t v) { return v >= 0 && v <= (1 << 16); }
 constexpr bool load_tiles_divide(int n, int extent) { return n == 0 || (extent / 8) % n == 0; }
 
 constexpr bool dtype_ok(KernelConfig const& c) {
@@ -70,7 +75,7 @@ constexpr bool B_r_ok(KernelConfig const& c) {
 constexpr bool B_c_ok(KernelConfig const& c) { return c.B_c > 0 && c.B_c % 16 == 0; }
 // One global->shared pass moves threads/8 rows (8 threads x 16 B per 64-column row).
 constexpr bool copy_rows_ok(KernelConfig const& c) {
-  int rows = c.threads() / 8;
+  int64_t rows = c.threads() / 8;
   return rows > 0 && c.B_r % rows == 0 && c.B_c % rows == 0;
 }
 constexpr bool Q_tiles_ok(KernelConfig const& c) {
@@ -94,8 +99,14 @@ constexpr bool QK_tiles_match(KernelConfig const& c) {
 }
 constexpr bool smem_ok(KernelConfig const& c) { return c.smem_bytes() <= kMaxSmemBytesAnyArch; }
 
+constexpr bool fields_in_range(KernelConfig const& c) {
+  return in_range(c.d_head) && in_range(c.B_r) && in_range(c.B_c) && in_range(c.n_warps) &&
+         in_range(c.Q_mma_load_K_tiles) && in_range(c.K_mma_load_K_tiles) &&
+         in_range(c.V_mma_load_K_tiles);
+}
+
 constexpr bool all(KernelConfig const& c) {
-  return dtype_ok(c) && d_head_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) &&
+  return fields_in_range(c) && dtype_ok(c) && d_head_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) &&
          copy_rows_ok(c) && Q_tiles_ok(c) && K_tiles_ok(c) && V_tiles_ok(c) && QK_tiles_match(c) &&
          smem_ok(c);
 }
@@ -109,10 +120,12 @@ constexpr bool all(KernelConfig const& c) {
 //   - V loaded B_c/8 fragments at a time is the whole block, as V = 0;
 //   - double buffering changes nothing when neither GEMM loads in more than one group.
 constexpr KernelConfig canonical(KernelConfig c) {
-  if (c.Q_mma_load_K_tiles == 0 && c.K_mma_load_K_tiles * 8 == c.d_head) c.K_mma_load_K_tiles = 0;
-  if (c.V_mma_load_K_tiles * 8 == c.B_c) c.V_mma_load_K_tiles = 0;
-  bool const qk_groups = c.K_mma_load_K_tiles != 0 && c.K_mma_load_K_tiles * 8 < c.d_head;
-  bool const pv_groups = c.V_mma_load_K_tiles != 0 && c.V_mma_load_K_tiles * 8 < c.B_c;
+  // int64: the config may be unvalidated.
+  int64_t const k8 = int64_t(c.K_mma_load_K_tiles) * 8, v8 = int64_t(c.V_mma_load_K_tiles) * 8;
+  if (c.Q_mma_load_K_tiles == 0 && k8 == c.d_head) c.K_mma_load_K_tiles = 0;
+  if (v8 == c.B_c) c.V_mma_load_K_tiles = 0;
+  bool const qk_groups = c.K_mma_load_K_tiles != 0 && k8 < c.d_head;
+  bool const pv_groups = c.V_mma_load_K_tiles != 0 && v8 < c.B_c;
   if (!qk_groups && !pv_groups) c.mma_double_buffer_loads = false;
   return c;
 }
@@ -126,6 +139,9 @@ std::string autotune_filter(KernelConfig const& c);
 
 // "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer"
 std::string short_name(KernelConfig const& c);
+
+// "FP16", "BF16" or "FP32".
+char const* dtype_name(DType t);
 
 // Parses short_name()'s format. On failure returns false and sets *error to what failed.
 bool parse_short_name(std::string_view text, KernelConfig* out, std::string* error);

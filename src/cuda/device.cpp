@@ -1,5 +1,8 @@
 #include "cuda/device.hpp"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdint>
@@ -18,18 +21,51 @@ fa_status cuda_fail(cudaError_t e, char const* what) {
   return fail(FA_STATUS_CUDA_ERROR, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-// Runs `body` with `ordinal` as the current device, then restores the caller's device.
+// The driver's current-context calls, fetched through the runtime (linking libcuda would make
+// the library unloadable on machines without a driver). Null where the driver lacks them.
+struct DriverContext {
+  PFN_cuCtxGetCurrent_v4000 get = nullptr;
+  PFN_cuCtxSetCurrent_v4000 set = nullptr;
+};
+
+DriverContext const& driver_context() {
+  static DriverContext const api = [] {
+    DriverContext d;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 4000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      d.get = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(fn);
+    }
+    if (cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &fn, 4000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      d.set = reinterpret_cast<PFN_cuCtxSetCurrent_v4000>(fn);
+    }
+    cudaGetLastError();  // a failed query leaves an error the caller must not see
+    return d;
+  }();
+  return api;
+}
+
+// Runs `body` with `ordinal` as the current device, then gives the calling thread back exactly
+// the context it had. Saving and restoring the driver context (not cudaGetDevice/cudaSetDevice)
+// matters on a thread with no context yet: restoring "device 0" there would create a context on
+// GPU 0 in a process that only uses another GPU.
 template <class Body>
 fa_status on_device(int ordinal, Body&& body) {
-  int previous = 0;
-  if (cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
-  if (previous != ordinal) {
-    if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+  DriverContext const& driver = driver_context();
+  CUcontext saved = nullptr;
+  bool const can_restore = driver.get && driver.set && driver.get(&saved) == CUDA_SUCCESS;
+  int current = -1;
+  if (saved != nullptr && cudaGetDevice(&current) == cudaSuccess && current == ordinal) {
+    return body();
   }
+  if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
   fa_status status = body();
-  if (previous != ordinal) {
-    cudaError_t e = cudaSetDevice(previous);
-    if (e != cudaSuccess && status == FA_STATUS_SUCCESS) status = cuda_fail(e, "cudaSetDevice");
+  if (can_restore && driver.set(saved) != CUDA_SUCCESS && status == FA_STATUS_SUCCESS) {
+    status = fail(FA_STATUS_CUDA_ERROR, "cuCtxSetCurrent failed restoring the caller's context");
   }
   return status;
 }
@@ -39,9 +75,12 @@ fa_status on_device(int ordinal, Body&& body) {
 std::mutex g_prepared_mutex;
 std::set<int> g_prepared_devices;
 
-fa_status prepare_kernels(int ordinal) {
+// The registered kernels that run on the current device (`ordinal`): an image for its arch was
+// compiled, and their shared memory fits its opt-in limit. Raises the limit of those needing
+// over 48 KiB, once per device per process.
+fa_status usable_kernels(int ordinal, int smem_optin, std::vector<KernelEntry const*>* out) {
   std::lock_guard lock(g_prepared_mutex);
-  if (g_prepared_devices.count(ordinal)) return FA_STATUS_SUCCESS;
+  bool const prepared = g_prepared_devices.count(ordinal) != 0;
   for (auto const& [config, entry] : registry()) {
     cudaFuncAttributes attributes;
     if (entry.attributes(&attributes) != cudaSuccess) {
@@ -50,9 +89,14 @@ fa_status prepare_kernels(int ordinal) {
       cudaGetLastError();
       continue;
     }
-    if (cudaError_t e = entry.prepare(); e != cudaSuccess) {
-      return cuda_fail(e, ("cudaFuncSetAttribute for " + short_name(config)).c_str());
+    // 196 KiB kernels exist for sm_90 (227 KiB); sm_80 allows 163 KiB, sm_86/89 99 KiB.
+    if (config.smem_bytes() > smem_optin) continue;
+    if (!prepared) {
+      if (cudaError_t e = entry.prepare(); e != cudaSuccess) {
+        return cuda_fail(e, ("cudaFuncSetAttribute for " + short_name(config)).c_str());
+      }
     }
+    out->push_back(&entry);
   }
   g_prepared_devices.insert(ordinal);
   return FA_STATUS_SUCCESS;
@@ -89,16 +133,7 @@ fa_status open_device(int ordinal, Device* out) {
                 ordinal, d.cc_major, d.cc_minor);
   }
   fa_status status = on_device(ordinal, [&] {
-    if (fa_status s = prepare_kernels(ordinal); s != FA_STATUS_SUCCESS) return s;
-    for (auto const& [config, entry] : registry()) {
-      cudaFuncAttributes attributes;
-      if (entry.attributes(&attributes) != cudaSuccess) {
-        cudaGetLastError();
-        continue;
-      }
-      if (config.smem_bytes() <= d.smem_per_block_optin) d.kernels.push_back(&entry);
-    }
-    return FA_STATUS_SUCCESS;
+    return usable_kernels(ordinal, d.smem_per_block_optin, &d.kernels);
   });
   if (status != FA_STATUS_SUCCESS) return status;
   if (!registry().empty() && d.kernels.empty()) {
@@ -114,6 +149,14 @@ fa_status open_device(int ordinal, Device* out) {
 fa_status check_problem(Problem const& p) {
   if (p.dtype == DType::kFP32) {
     return fail(FA_STATUS_UNSUPPORTED, "fa_config.dtype = FA_DTYPE_FP32 runs on CPU contexts only");
+  }
+  // The kernels take the running max over raw scores and fold the scale into exp2's argument,
+  // which is only right for a positive scale.
+  if (p.softmax_scale < 0.f) {
+    return fail(FA_STATUS_UNSUPPORTED,
+                "fa_config.softmax_scale = %g: the GPU kernels need a positive scale (the CPU "
+                "backend takes any)",
+                static_cast<double>(p.softmax_scale));
   }
   struct Stride {
     char const* name;

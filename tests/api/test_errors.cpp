@@ -204,6 +204,14 @@ TEST_CASE("fa_forward: strides") {
   c.v_head_stride = 8;
   expect_error(f, FA_STATUS_INVALID_ARGUMENT, "2^63", [&] { return f.forward(&c); });
 
+  // Packed strides that overflow int64 (found by review: they used to wrap silently).
+  c = f.cfg;
+  c.seqlen_k = int64_t(96076792050570582);  // * 3 heads * 32 > 2^63
+  c.heads_kv = 3;
+  c.heads_q = 3;
+  c.head_dim = 32;
+  expect_error(f, FA_STATUS_INVALID_ARGUMENT, "overflows int64", [&] { return f.forward(&c); });
+
   // Inputs may overlap: a batch stride of 0 broadcasts K across the batch.
   c = f.cfg;
   c.k_batch_stride = 0;

@@ -48,7 +48,7 @@ void check_valid(Knobs const& k) {
 }
 void check_invalid(Knobs const& k, char const* field) {
   fa_kernel_config c = make(k);
-  INFO("field: " << field);
+  INFO("field: " << std::string(field));
   CHECK(fa_kernel_config_validate(&c) == FA_STATUS_INVALID_KERNEL_CONFIG);
   CHECK(std::string(fa_last_error_detail()).find(field) != std::string::npos);
 }
@@ -107,7 +107,7 @@ TEST_CASE("validity rules: each rule accepts its good side and rejects its bad s
     check_invalid({.Q = 1, .K = 1}, "Q_mma_load_K_tiles");
     check_invalid({.Q = 0, .K = 6}, "K_mma_load_K_tiles");
     check_invalid({.V = 3}, "V_mma_load_K_tiles");
-    check_invalid({.Q = -2, .K = -2}, "Q_mma_load_K_tiles");
+    check_invalid({.Q = -2, .K = -2}, "[0, 65536]");
   }
   SUBCASE("load tiles fit the dimension, halved with double buffering") {
     check_valid({.Q = 16, .K = 16, .buffer = 0});
@@ -126,6 +126,11 @@ TEST_CASE("validity rules: each rule accepts its good side and rejects its bad s
     check_valid({.Q = 0, .K = 4, .buffer = 0});
     check_invalid({.Q = 2, .K = 4, .buffer = 0}, "Q_mma_load_K_tiles");
     check_invalid({.Q = 2, .K = 0}, "Q_mma_load_K_tiles");
+  }
+  SUBCASE("fields bounded before any arithmetic (no overflow on wild values)") {
+    check_invalid({.B_c = 1 << 30}, "[0, 65536]");
+    check_invalid({.Q = 0, .K = 1 << 29}, "[0, 65536]");
+    check_invalid({.d_head = -128}, "[0, 65536]");
   }
   SUBCASE("shared memory within 227 KiB") {
     check_valid({.d_head = 256, .B_r = 128, .B_c = 128});

@@ -303,7 +303,8 @@ TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured pla
         cudaStreamDestroy(stream);
         fa_plan_destroy(plan);
 
-        // The one-shot call picks the same kernel and computes the same result.
+        // The one-shot call computes the same result, with the same kernel (the context caches
+        // one choice per shape, and a plan made after it reports that choice).
         dev.poison(p);
         fa_status s = fa_forward(g_ctx, &cfg, dev.q(p), dev.k(p), dev.v(p), dev.o(p), dev.lse,
                                  nullptr);
@@ -316,6 +317,13 @@ TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured pla
         ErrorStats el = compare_lse(c.host.lse.data(), c.ref_lse, Tolerance{2e-3, 0, 0});
         CHECK(eo.n_bad == 0);
         CHECK(el.n_bad == 0);
+        fa_plan_t* after = nullptr;
+        REQUIRE(fa_plan_create(g_ctx, &cfg, &after) == FA_STATUS_SUCCESS);
+        fa_kernel_config again;
+        REQUIRE(fa_kernel_config_init(&again) == FA_STATUS_SUCCESS);
+        REQUIRE(fa_plan_kernel(after, &again) == FA_STATUS_SUCCESS);
+        CHECK(name_of(again) == name_of(chosen));
+        fa_plan_destroy(after);
       }
     }
   }
@@ -587,6 +595,9 @@ TEST_CASE("GPU error paths: status, message, outputs untouched") {
   c = base;
   c.k_seq_stride += 4;
   expect(c, FA_STATUS_UNSUPPORTED, "k_seq_stride");
+  c = base;
+  c.softmax_scale = -0.125f;
+  expect(c, FA_STATUS_UNSUPPORTED, "positive scale");
   expect(base, FA_STATUS_UNSUPPORTED, "16-byte aligned",
          static_cast<unsigned char const*>(dev.q(p)) + 2);
 

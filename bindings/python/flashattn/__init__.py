@@ -12,6 +12,7 @@ numpy arrays run on the CPU backend (float32, float16, bfloat16 via ml_dtypes); 
 bfloat16). Errors raise a subclass of FlashAttnError per library status (see flashattn.errors).
 """
 import ctypes
+import os
 import threading
 
 from . import _ffi, _tensors
@@ -44,7 +45,9 @@ def _kernel_config(name):
 
 
 def _kernel_name(kc):
-    buf = ctypes.create_string_buffer(128)
+    needed = ctypes.c_size_t()
+    _ffi.lib().fa_kernel_config_name(ctypes.byref(kc), None, 0, ctypes.byref(needed))
+    buf = ctypes.create_string_buffer(max(needed.value, 1))
     check(_ffi.lib().fa_kernel_config_name(ctypes.byref(kc), buf, len(buf), None))
     return buf.value.decode()
 
@@ -89,11 +92,11 @@ class Context:
 
     def save_tuning(self, path):
         """Writes this context's tuning results to `path` (a versioned text file)."""
-        check(_ffi.lib().fa_context_save_tuning(self._handle, str(path).encode()))
+        check(_ffi.lib().fa_context_save_tuning(self._handle, os.fsencode(path)))
 
     def load_tuning(self, path):
         """Loads a tuning file; entries that no longer fit warn with TuningEntriesIgnoredWarning."""
-        check(_ffi.lib().fa_context_load_tuning(self._handle, str(path).encode()))
+        check(_ffi.lib().fa_context_load_tuning(self._handle, os.fsencode(path)))
 
 
 _contexts = {}
@@ -114,6 +117,11 @@ def _problem(q, k, v, o, causal, softmax_scale):
         if len(t.shape) != 4:
             raise ValueError(f"{name} must have 4 dimensions (batch, seq, heads, head_dim), "
                              f"got shape {t.shape}")
+        # The C API reads three zero strides as "packed"; a tensor broadcast along all three
+        # dimensions must be materialised first.
+        if t.strides[:3] == (0, 0, 0) and t.shape[:3] != (1, 1, 1):
+            raise ValueError(f"{name} is broadcast along batch, seq and heads (strides 0, 0, 0); "
+                             "make it contiguous first")
         if t.strides[3] != 1 and t.shape[3] > 1:
             raise ValueError(f"{name}: the last dimension must be contiguous (stride "
                              f"{t.strides[3]})")
@@ -157,6 +165,9 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale):
     if o is None:
         o = _tensors.empty_like(tq, tq.shape)
     to = _tensors.describe(o, "out", handle)
+    for name, arr in (("out", o), ("lse", lse)):
+        if arr is not None and getattr(getattr(arr, "flags", None), "writeable", True) is False:
+            raise ValueError(f"{name} is read-only")
     tlse = None
     if return_lse:
         if lse is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from . import _ffi
 
 # DLPack (dmlc/dlpack, include/dlpack/dlpack.h).
-_DL_CPU, _DL_CUDA, _DL_CUDA_MANAGED = 1, 2, 13
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_FLOAT, _DL_BFLOAT = 2, 4
 
 
@@ -62,6 +62,8 @@ def _numpy_dtype_code(dtype):
 
 
 def _from_numpy(arr, name):
+    if not arr.dtype.isnative:
+        raise TypeError(f"{name}: byte order {arr.dtype.byteorder!r} is not the machine's")
     itemsize = arr.dtype.itemsize
     code = _numpy_dtype_code(arr.dtype)
     if any(s % itemsize for s in arr.strides):
@@ -73,6 +75,8 @@ def _from_numpy(arr, name):
 def _from_dlpack(obj, name, stream):
     # The consumer's stream: the producer makes its pending work on obj visible to it.
     device_type, device_id = obj.__dlpack_device__()
+    if device_type not in (_DL_CPU, _DL_CUDA_HOST, _DL_CUDA, _DL_CUDA_MANAGED):
+        raise TypeError(f"{name}: DLPack device type {device_type} is neither CPU nor CUDA")
     if device_type in (_DL_CUDA, _DL_CUDA_MANAGED):
         # DLPack reserves 0; the legacy default stream is 1.
         capsule = obj.__dlpack__(stream=stream if stream else 1)
@@ -150,8 +154,12 @@ def stream_handle(stream):
 
 
 def current_stream(obj):
-    """The producer's current stream for a GPU object of a library we know, else None (the legacy
-    default stream)."""
+    """The producer's current stream: that of a PyTorch or CuPy GPU array, the one a
+    __cuda_array_interface__ names, else None (the legacy default stream)."""
+    cai = getattr(obj, "__cuda_array_interface__", None) if not hasattr(obj, "__dlpack__") else None
+    if cai is not None and cai.get("stream") is not None:
+        # CAI v3: 1 is the legacy default stream, 2 the per-thread default, others a handle.
+        return None if cai["stream"] == 1 else int(cai["stream"])
     library = _library_of(obj)
     if library == "torch" and obj.is_cuda:
         torch = sys.modules["torch"]

@@ -86,6 +86,17 @@ def test_translation_errors(backend):
         flashattn.forward(q, backend.array(backend.numpy(k), other), v)
     with pytest.raises(TypeError, match="neither"):
         flashattn.forward([1, 2], k, v)
+    if not backend.gpu:  # numpy-only cases: broadcasts, read-only outputs, byte order
+        qb = np.broadcast_to(backend.numpy(q)[:1, :1, :1].astype(q.dtype), q.shape)
+        with pytest.raises(ValueError, match="broadcast along batch, seq and heads"):
+            flashattn.forward(qb, k, v)
+        out = np.empty_like(q)
+        out.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            flashattn.forward(q, k, v, out=out)
+        q32, k32, v32 = _qkv(backend, "float32")
+        with pytest.raises(TypeError, match="byte order"):
+            flashattn.forward(q32.astype(">f4"), k32, v32)
 
 
 def test_cpu_and_gpu_specific_errors(backend):

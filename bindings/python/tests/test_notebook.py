@@ -14,4 +14,7 @@ def test_notebook_runs(capsys):
         source = "".join(cell["source"])
         exec(compile(source, f"{NOTEBOOK.name}[cell {i}]", "exec"), scope)
     out = capsys.readouterr().out
-    assert "max abs error" in out
+    # The CPU cell compares float32 attention with float64: the error must be float32-sized.
+    errors = [float(line.rsplit(" ", 1)[1]) for line in out.splitlines()
+              if "max abs error vs float64:" in line]
+    assert errors and errors[0] < 1e-5, out

@@ -367,7 +367,12 @@ impl Config {
         let (mut q, mut k, mut v, mut o, mut lse) = (0i64, 0i64, 0i64, 0i64, 0i64);
         // Safety: valid pointers to a config and to locals.
         check(unsafe { sys::fa_config_extents(&self.raw, &mut q, &mut k, &mut v, &mut o, &mut lse) })?;
-        Ok(Extents { q: q as usize, k: k as usize, v: v as usize, o: o as usize, lse: lse as usize })
+        let size = |n: i64| {
+            usize::try_from(n).map_err(|_| {
+                Error::new(Status::InvalidArgument, format!("{n} elements exceed the address space"))
+            })
+        };
+        Ok(Extents { q: size(q)?, k: size(k)?, v: size(v)?, o: size(o)?, lse: size(lse)? })
     }
 
     /// The raw struct, for `flashattn_sys` calls.
@@ -523,18 +528,22 @@ impl KernelConfig {
 }
 
 impl fmt::Display for KernelConfig {
+    /// The short name (`fa_kernel_config_name`); a config the library cannot name (an F32
+    /// dtype) prints its fields instead.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let raw = self.to_raw();
-        let mut buf = [0u8; 128];
+        let mut needed = 0usize;
+        // Safety: a NULL buffer of size 0 only queries the size into a local.
+        unsafe { sys::fa_kernel_config_name(&raw, std::ptr::null_mut(), 0, &mut needed) };
+        let mut buf = vec![0u8; needed.max(1)];
         // Safety: `buf` is writable for its length; the library writes a NUL-terminated name.
         let status = unsafe {
             sys::fa_kernel_config_name(&raw, buf.as_mut_ptr().cast(), buf.len(), std::ptr::null_mut())
         };
-        if status != sys::FA_STATUS_SUCCESS {
-            return Err(fmt::Error);
+        match CStr::from_bytes_until_nul(&buf) {
+            Ok(name) if status == sys::FA_STATUS_SUCCESS => f.write_str(&name.to_string_lossy()),
+            _ => write!(f, "{self:?}"),
         }
-        let name = CStr::from_bytes_until_nul(&buf).map_err(|_| fmt::Error)?;
-        f.write_str(&name.to_string_lossy())
     }
 }
 
@@ -647,6 +656,10 @@ impl Context {
     pub fn new(device: Device) -> Result<Context> {
         let ordinal = match device {
             Device::Cpu => sys::FA_DEVICE_CPU,
+            // -1 would silently select the CPU (FA_DEVICE_CPU).
+            Device::Cuda(i) if i < 0 => {
+                return Err(Error::new(Status::InvalidArgument, format!("CUDA ordinal {i} < 0")))
+            }
             Device::Cuda(i) => i,
         };
         let mut raw = std::ptr::null_mut();
@@ -817,7 +830,9 @@ impl Context {
 }
 
 fn path_cstring(path: &Path) -> Result<CString> {
-    CString::new(path.to_string_lossy().as_bytes())
+    // The path's own bytes: lossy UTF-8 would name another file.
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::new(Status::InvalidArgument, "path contains NUL"))
 }
 

@@ -70,8 +70,10 @@ fn host_slices_are_checked_before_the_call() {
 fn devices_kernels_and_tuning_report_their_status() {
     let e = Context::new(Device::Cuda(1 << 20)).err().unwrap();
     assert_eq!(e.status(), Status::NoDevice);
-    let e = Context::new(Device::Cuda(-5)).err().unwrap();
-    assert_eq!(e.status(), Status::InvalidArgument);
+    for ordinal in [-1, -5] {
+        let e = Context::new(Device::Cuda(ordinal)).err().unwrap();
+        assert_eq!(e.status(), Status::InvalidArgument);
+    }
 
     let e = "(BF16, 128, 64, 64, 4): warp+load_0_0_0_tiles".parse::<KernelConfig>().err().unwrap();
     assert_eq!(e.status(), Status::ParseError);
@@ -108,4 +110,8 @@ fn registry_listing_round_trips_through_names() {
         k.validate().unwrap();
     }
     assert_eq!(flashattn::version(), "0.2.0");
+    // A config the library cannot name still displays (its fields).
+    let mut f32_config = kernels[0];
+    f32_config.dtype = DType::F32;
+    assert!(f32_config.to_string().contains("F32"));
 }
