@@ -21,36 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "flashattn.h"
 
 namespace {
 
-[[noreturn]] void die(std::string const& what) {
-  std::fprintf(stderr, "flashattn_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+using bench::check;
+using bench::check_cuda;
+using bench::die;
 
-void check(fa_status s, char const* what) {
-  if (s != FA_STATUS_SUCCESS) {
-    die(std::string(what) + ": " + fa_status_string(s) + ": " + fa_last_error_detail());
-  }
-}
-
-void check_cuda(cudaError_t e, char const* what) {
-  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-std::vector<int> parse_list(char const* text) {
-  std::vector<int> values;
-  for (char const* p = text; *p;) {
-    char* end = nullptr;
-    long v = std::strtol(p, &end, 10);
-    if (end == p || v <= 0) die(std::string("bad list: ") + text);
-    values.push_back(static_cast<int>(v));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return values;
-}
+std::vector<int> parse_list(char const* text) { return bench::parse_list(text, 1); }
 
 std::string name_of(fa_kernel_config const& k) {
   char buf[128];
@@ -131,6 +111,7 @@ Options parse_args(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::program = "flashattn_bench";
   Options opt = parse_args(argc, argv);
   fa_context_t* ctx = nullptr;
   check(fa_context_create(0, &ctx), "fa_context_create(0)");

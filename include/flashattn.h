@@ -71,11 +71,11 @@ extern "C" {
  * Version
  * ==================================================================================================== */
 #define FA_VERSION_MAJOR 0
-#define FA_VERSION_MINOR 2
+#define FA_VERSION_MINOR 3
 #define FA_VERSION_PATCH 0
-/*! FA_VERSION_NUMBER: MAJOR * 10000 + MINOR * 100 + PATCH, so 0.2.0 is 200. */
+/*! FA_VERSION_NUMBER: MAJOR * 10000 + MINOR * 100 + PATCH, so 0.3.0 is 300. */
 #define FA_VERSION_NUMBER (FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 + FA_VERSION_PATCH)
-#define FA_VERSION_STRING "0.2.0"
+#define FA_VERSION_STRING "0.3.0"
 
 /*! fa_version_number() :
  *  @return the FA_VERSION_NUMBER the loaded library was built with. Compare it with the header's
@@ -84,7 +84,7 @@ extern "C" {
 FA_API unsigned fa_version_number(void);
 
 /*! fa_version_string() :
- *  @return the library's version as a static string such as "0.2.0"; never NULL, never freed.
+ *  @return the library's version as a static string such as "0.3.0"; never NULL, never freed.
  *  Thread-safe. Since 0.1.0. */
 FA_API const char* fa_version_string(void);
 
@@ -186,13 +186,108 @@ typedef struct fa_config {
   int64_t heads_kv;     /*!< >= 1. */
   int64_t head_dim;     /*!< >= 1. GPU kernels cover the head dims listed by the registry. */
   float softmax_scale;  /*!< Multiplies the scores before the softmax. 0 (the default) means
-                             1/sqrt(head_dim). Must be finite; the GPU kernels need it positive. */
+                             1/sqrt(head_dim). Must be finite; may be negative (since 0.3.0 on
+                             GPUs too). */
   int32_t reserved0;    /*!< Must be 0 (keeps the int64 strides 8-byte aligned on every ABI). */
   int64_t q_batch_stride, q_seq_stride, q_head_stride; /*!< Strides of q, in elements. */
   int64_t k_batch_stride, k_seq_stride, k_head_stride; /*!< Strides of k, in elements. */
   int64_t v_batch_stride, v_seq_stride, v_head_stride; /*!< Strides of v, in elements. */
   int64_t o_batch_stride, o_seq_stride, o_head_stride; /*!< Strides of o, in elements. */
+
+  /* ---- Since 0.3.0. A caller built against 0.2 passes the smaller struct_size; the fields it
+   *      lacks read as 0, which keeps 0.2's behaviour. ---- */
+  int32_t layout;       /*!< fa_layout: how q, k and v are batched (see fa_layout). Default
+                             FA_LAYOUT_DENSE. */
+  int32_t window;       /*!< 0 or 1. 1 applies the sliding window (window_left, window_right): key
+                             j is visible to query i iff
+                             i + Sk - Sq - window_left <= j <= i + Sk - Sq + window_right
+                             (Sk, Sq: the sequence's key and query lengths), a negative bound
+                             meaning unbounded on that side. Combines with causal, which caps
+                             the right bound at 0. Key blocks the window hides are skipped. */
+  int64_t window_left;  /*!< See window. */
+  int64_t window_right; /*!< See window. */
+  float softcap;        /*!< 0 (off) or > 0: each scaled score s becomes softcap * tanh(s / softcap),
+                             before the ALiBi bias (Gemma 2, Grok). Finite. */
+  int32_t alibi;        /*!< fa_alibi: subtract slope * |i + Sk - Sq - j| from each score, with
+                             float32 slopes passed at run time (fa_run_args.alibi_slopes). */
+  int32_t sinks;        /*!< 0 or 1. 1 adds one float32 logit per query head
+                             (fa_run_args.sinks, natural-log units, not scaled) to each row's
+                             softmax denominator, with no value row: the row's weights sum to
+                             less than 1, and its LSE includes the sink. A row with no visible
+                             key then gets O = 0 and LSE = the sink's logit. */
+  int32_t num_splits;   /*!< GPU only: split each sequence's keys across this many thread blocks
+                             whose partial results a second kernel merges (split-KV; pays for
+                             decode, where few query rows meet many keys). 0 (default) lets the
+                             library choose from batch, heads, lengths and the SM count; 1 never
+                             splits. Splitting needs a workspace (fa_plan_workspace_size()). CPU
+                             contexts ignore it. At most 256. An automatic split that a run
+                             brings no workspace for runs unsplit (so plans of 0.2 callers,
+                             who pass none, work as before); a forced one fails with
+                             FA_STATUS_WORKSPACE_TOO_SMALL. */
+  int64_t total_q;      /*!< FA_LAYOUT_VARLEN: rows of q and o (>= 1); else must be 0. */
+  int64_t total_k;      /*!< FA_LAYOUT_VARLEN: rows of k and v (>= 1); else must be 0. */
+  int64_t num_pages;    /*!< FA_LAYOUT_PAGED_KV: pages in the k and v caches (>= 1); else 0. */
+  int64_t page_size;    /*!< FA_LAYOUT_PAGED_KV: rows per page (any value >= 1); else 0. */
+  int64_t max_pages_per_seq; /*!< FA_LAYOUT_PAGED_KV: columns of block_table (>= 1, and
+                             max_pages_per_seq * page_size >= seqlen_k); else 0. */
 } fa_config;
+
+/*! fa_layout : how a batch of sequences is laid out. Values pinned. Since 0.3.0. */
+typedef enum fa_layout {
+  /*! q and o [batch, seqlen_q, heads_q, head_dim]; k and v [batch, seqlen_k, heads_kv, head_dim];
+   *  every sequence has seqlen_q queries and seqlen_k keys. */
+  FA_LAYOUT_DENSE = 0,
+  /*! Variable-length sequences packed along one token dimension: q and o [total_q, heads_q,
+   *  head_dim], k and v [total_k, heads_kv, head_dim] (the batch strides must be 0: the seq and
+   *  head strides apply). Sequence b owns query rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
+   *  and key rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 (fa_run_args; int32, batch + 1
+   *  entries, starting at 0, non-decreasing, ending at total_q / total_k). seqlen_q and seqlen_k
+   *  are upper bounds of the lengths (max_seqlen_q/k). Zero-length sequences are allowed. Masks
+   *  are aligned per sequence. lse is [heads_q, total_q]. */
+  FA_LAYOUT_VARLEN = 1,
+  /*! A key/value cache: q and o dense [batch, seqlen_q, heads_q, head_dim]; k and v
+   *  [batch, seqlen_k, heads_kv, head_dim] where seqlen_k is the cache's capacity, of which
+   *  sequence b sees the first cache_seqlens[b] rows (fa_run_args; int32, batch entries, each in
+   *  [0, seqlen_k]). Masks are aligned to cache_seqlens[b]. */
+  FA_LAYOUT_KV_CACHE = 2,
+  /*! A paged key/value cache: q and o dense; k and v are pages [num_pages, page_size, heads_kv,
+   *  head_dim] (batch stride = page stride). Row j of sequence b lives in page
+   *  block_table[b * max_pages_per_seq + j / page_size] at row j % page_size (fa_run_args;
+   *  int32 page indices in [0, num_pages)). Sequence b sees cache_seqlens[b] <= seqlen_k rows.
+   *  Any page size >= 1. */
+  FA_LAYOUT_PAGED_KV = 3
+} fa_layout;
+
+/*! fa_alibi : ALiBi slopes. Values pinned. Since 0.3.0. */
+typedef enum fa_alibi {
+  FA_ALIBI_NONE = 0,      /*!< No bias. */
+  FA_ALIBI_PER_HEAD = 1,  /*!< alibi_slopes holds heads_q float32 slopes. */
+  FA_ALIBI_PER_BATCH = 2  /*!< alibi_slopes holds batch x heads_q float32 slopes (row-major). */
+} fa_alibi;
+
+/*! fa_run_args : the arguments of a run that are not tensors of the problem's shape: index
+ *  tensors, per-head parameters and the workspace. They are read when the run starts (on a GPU,
+ *  by the kernels, so their contents may change between runs, and one captured CUDA graph
+ *  replays every decode step with fresh lengths and page tables). Pointers live where the
+ *  tensors do (device memory on a GPU context, host memory on the CPU). Fill with
+ *  fa_run_args_init() first. Since 0.3.0. */
+typedef struct fa_run_args {
+  size_t struct_size;            /*!< sizeof(fa_run_args); set by fa_run_args_init(). */
+  const int32_t* cu_seqlens_q;   /*!< FA_LAYOUT_VARLEN: batch + 1 query offsets. */
+  const int32_t* cu_seqlens_k;   /*!< FA_LAYOUT_VARLEN: batch + 1 key offsets. */
+  const int32_t* cache_seqlens;  /*!< FA_LAYOUT_KV_CACHE, FA_LAYOUT_PAGED_KV: batch lengths. */
+  const int32_t* block_table;    /*!< FA_LAYOUT_PAGED_KV: batch x max_pages_per_seq, row-major. */
+  const float* alibi_slopes;     /*!< fa_config.alibi != 0: the slopes (see fa_alibi). */
+  const float* sinks;            /*!< fa_config.sinks == 1: heads_q logits. */
+  void* workspace;               /*!< Device scratch memory for split-KV, or NULL. */
+  size_t workspace_size;         /*!< Its size in bytes. */
+} fa_run_args;
+
+/*! fa_run_args_init() :
+ *  Sets struct_size = sizeof(fa_run_args) and every other field to 0 / NULL.
+ *  @return FA_STATUS_INVALID_ARGUMENT if args is NULL, else FA_STATUS_SUCCESS.
+ *  Thread-safe. Since 0.3.0. */
+FA_API fa_status fa_run_args_init(fa_run_args* args);
 
 /*! fa_config_init() :
  *  Sets config->struct_size = sizeof(fa_config), dtype = FA_DTYPE_BF16, every size to 1, and everything
@@ -214,9 +309,11 @@ FA_API fa_status fa_config_validate(const fa_config* config);
 /*! fa_config_extents() :
  *  The number of elements each tensor spans from its base pointer (its largest element offset
  *  plus one), so a caller can check that its buffers are large enough: q, k, v and o as laid out
- *  by `config`'s strides, and lse (batch * heads_q * seqlen_q). Each output pointer may be NULL.
+ *  by `config`'s strides (for FA_LAYOUT_VARLEN over total_q / total_k rows, for
+ *  FA_LAYOUT_PAGED_KV k and v over num_pages pages), and lse (batch * heads_q * seqlen_q, or
+ *  heads_q * total_q for varlen). Each output pointer may be NULL.
  *  @return as fa_config_validate(); the outputs are written only on success.
- *  Thread-safe. Since 0.2.0. */
+ *  Thread-safe. Since 0.2.0 (the layouts since 0.3.0). */
 FA_API fa_status fa_config_extents(const fa_config* config, int64_t* q, int64_t* k, int64_t* v,
                                    int64_t* o, int64_t* lse);
 
@@ -289,6 +386,67 @@ FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const void* q, const void* k,
                             const void* v, void* o, float* lse, fa_stream_t stream);
+
+/*! fa_forward_ex() :
+ *  As fa_forward(), with the run's index tensors, per-head parameters and workspace in `args`
+ *  (which may be NULL when the config needs none of them).
+ *  Workspace: fa_forward() and fa_forward_ex() never allocate; the workspace is the caller's,
+ *  passed in args->workspace. With fa_config.num_splits = 0 (automatic) they split the keys only
+ *  when it holds what the split needs (query it with fa_plan_workspace_size() on a plan of the
+ *  same config), and otherwise run unsplit; a forced num_splits > 1 without that workspace fails
+ *  with FA_STATUS_WORKSPACE_TOO_SMALL.
+ *  @return as fa_forward(); FA_STATUS_INVALID_ARGUMENT also when a pointer the config needs
+ *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, and on a
+ *          CPU context when an index tensor's contents are malformed (offsets that decrease or
+ *          leave [0, total], lengths outside [0, seqlen], a page index outside
+ *          [0, num_pages)): the message names the entry. GPU kernels cannot report such
+ *          contents; they clamp every index into the buffers the config declares, so a
+ *          malformed tensor gives wrong numbers but never an out-of-bounds access.
+ *  Thread-safe. Since 0.3.0. */
+FA_API fa_status fa_forward_ex(fa_context_t* ctx, const fa_config* config, const void* q,
+                               const void* k, const void* v, void* o, float* lse,
+                               const fa_run_args* args, fa_stream_t stream);
+
+/* ====================================================================================================
+ * Merging partial results
+ * ====================================================================================================
+ * Two attention results over disjoint key sets of the same queries (O_a, LSE_a) and (O_b, LSE_b)
+ * combine into the result over the union:
+ *     LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b
+ * (a side with LSE = -inf contributes nothing; both -inf give O = 0, LSE = -inf). This is how a
+ * prefix cache, a cascade or a sequence split across GPUs is put back together. */
+
+/*! fa_merge_config : the shape of a merge. O tensors are [batch, seqlen, heads, head_dim] with
+ *  the given strides (shared by the three; all 0 = packed), LSE tensors float32
+ *  [batch, heads, seqlen] contiguous (fa_forward()'s layouts; a varlen result is batch 1,
+ *  seqlen total_q). Since 0.3.0. */
+typedef struct fa_merge_config {
+  size_t struct_size;  /*!< sizeof(fa_merge_config); set by fa_merge_config_init(). */
+  int32_t dtype;       /*!< fa_dtype of the O tensors (FP32 on CPU contexts only). Default BF16. */
+  int32_t reserved0;   /*!< Must be 0. */
+  int64_t batch, seqlen, heads, head_dim;                /*!< >= 1 each. */
+  int64_t o_batch_stride, o_seq_stride, o_head_stride;   /*!< Elements, >= 0. */
+} fa_merge_config;
+
+/*! fa_merge_config_init() :
+ *  Sets struct_size, dtype = FA_DTYPE_BF16, every size to 1 and the strides to 0 (packed).
+ *  @return FA_STATUS_INVALID_ARGUMENT if config is NULL, else FA_STATUS_SUCCESS.
+ *  Thread-safe. Since 0.3.0. */
+FA_API fa_status fa_merge_config_init(fa_merge_config* config);
+
+/*! fa_merge_states() :
+ *  Computes (o, lse) from (o_a, lse_a) and (o_b, lse_b) as described above, in float32.
+ *  @param o, lse  outputs; o may be o_a or o_b and lse may be lse_a or lse_b (in place); other
+ *                 overlaps are refused. Written only on success.
+ *  @param stream  as fa_forward(): the GPU kernel is launched on it; NULL on a CPU context.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL, sizes, strides, overlap);
+ *          FA_STATUS_BAD_STRUCT_SIZE; FA_STATUS_UNSUPPORTED (FP32 on a GPU, or pointers not
+ *          4-byte aligned / strides not multiples of 2 elements there);
+ *          FA_STATUS_WRONG_CONTEXT; FA_STATUS_CUDA_ERROR.
+ *  Thread-safe. Since 0.3.0. */
+FA_API fa_status fa_merge_states(fa_context_t* ctx, const fa_merge_config* config,
+                                 const void* o_a, const float* lse_a, const void* o_b,
+                                 const float* lse_b, void* o, float* lse, fa_stream_t stream);
 
 /* ====================================================================================================
  * Kernel registry
@@ -493,17 +651,20 @@ FA_API fa_status fa_plan_create_with_kernel(fa_context_t* ctx, const fa_config* 
 FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
 
 /*! fa_plan_workspace_size() :
- *  @param size  receives the bytes of device scratch memory fa_plan_run() needs (0 for every kernel of
- *               this version).
+ *  @param size  receives the bytes of device scratch memory fa_plan_run() needs: 0 for an unsplit
+ *               plan, and for a split-KV plan (fa_plan_num_splits() > 1) the float32 partial
+ *               outputs and LSEs of every split, num_splits * rows * heads_q * (head_dim + 1) * 4
+ *               bytes rounded up to 256 (rows = batch * seqlen_q, or total_q for varlen).
  *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
- *  Thread-safe. Since 0.1.0. */
+ *  Thread-safe. Since 0.1.0 (non-zero since 0.3.0). */
 FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);
 
 /*! fa_plan_run() :
  *  Runs the plan on tensors laid out as its config said.
  *  @param q,k,v,o,lse  as fa_forward().
  *  @param workspace       device memory of at least fa_plan_workspace_size() bytes, or NULL when that
- *                         is 0. Not used after the kernel finishes.
+ *                         is 0. Not used after the kernel finishes. A plan that splits by its own
+ *                         choice (fa_config.num_splits = 0) runs unsplit without it.
  *  @param workspace_size  its size in bytes.
  *  @param stream          as fa_forward().
  *  On a GPU the call only launches: no allocation, no host synchronisation, safe in stream capture.
@@ -513,6 +674,22 @@ FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);
  *  Thread-safe: one plan may be run from several threads at once. Since 0.1.0. */
 FA_API fa_status fa_plan_run(const fa_plan_t* plan, const void* q, const void* k, const void* v, void* o,
                              float* lse, void* workspace, size_t workspace_size, fa_stream_t stream);
+
+/*! fa_plan_run_ex() :
+ *  As fa_plan_run(), with the run's index tensors, per-head parameters and workspace in `args`
+ *  (NULL when the config needs none and the plan needs no workspace). The plan keeps no pointer:
+ *  every run may pass other index tensors, slopes, sinks or workspace.
+ *  @return as fa_plan_run() and fa_forward_ex().
+ *  Thread-safe. Since 0.3.0. */
+FA_API fa_status fa_plan_run_ex(const fa_plan_t* plan, const void* q, const void* k, const void* v,
+                                void* o, float* lse, const fa_run_args* args, fa_stream_t stream);
+
+/*! fa_plan_num_splits() :
+ *  @param splits  receives how many thread blocks share each sequence's keys (1: unsplit; always 1
+ *                 on a CPU context).
+ *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
+ *  Thread-safe. Since 0.3.0. */
+FA_API fa_status fa_plan_num_splits(const fa_plan_t* plan, int* splits);
 
 /*! fa_plan_destroy() :
  *  Frees a plan. Accepts NULL. No fa_plan_run() on it may be in flight on the host (kernels already

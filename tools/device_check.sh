@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Build, test and sanitise on the GPU machine in one call (device minutes are scarce).
-#   bash tools/device_check.sh            # full check, logs in $OUT (or ./device-out)
+# Build, test, sanitise and benchmark on the GPU machine in one call (device minutes are scarce).
+#   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
+#   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
+# Steps: build ctest gpu_tests example memcheck racecheck python_gpu rust_device compare autotune
+#        decode decode_paged decode_spec varlen copy python_overhead
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
+# FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
 set -uo pipefail
 out="${OUT:-$PWD/device-out}"
 logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns at most 8 files
 mkdir -p "$logs"
 build=build-device
 status=0
-step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records failure, keeps going
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck python_gpu rust_device compare autotune decode decode_paged decode_spec varlen copy python_overhead} "
+want() { [[ "$steps" == *" $1 "* ]]; }
+step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
+  want "$name" || return 0
   echo "== $name: $*"
   local t0=$SECONDS
   if "$@" >"$logs/$name.log" 2>&1; then echo "   ok ($((SECONDS - t0)) s)"; else
@@ -18,12 +25,16 @@ step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records failure, 
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
-step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
-  ${FA_DEVICE_CMAKE_ARGS:-}
-step build ninja -C "$build" -j16
+if want build; then
+  steps="$steps configure "
+  step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
+    ${FA_DEVICE_CMAKE_ARGS:-}
+  step build ninja -C "$build" -j16
+fi
 step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
 step example "$build/examples/flashattn_example"
+# memcheck: a sample of the kernel tests, and every feature test (malformed indices included).
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests"
 step racecheck env FA_GPU_TEST_SAMPLE=16 compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -38,9 +49,21 @@ fi
 step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
   --out "$out/compare" --iters 20
 step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
-grep -h -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|Geometric" \
+step decode python3 tools/bench_decode.py --bench "$build/bench/decode_bench" --out "$out/decode"
+step decode_paged "$build/bench/decode_bench" decode --pages 0,16,64,256 --batches 8,64 \
+  --kv-lens 8192,32768
+step decode_spec "$build/bench/decode_bench" decode --sq 4,16 --batches 1,8,64 \
+  --kv-lens 8192,131072
+step varlen "$build/bench/decode_bench" varlen
+step copy "$build/bench/decode_bench" copy
+step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
+  PYTHONPATH="$PWD/bindings/python" python3 tools/bench_python_overhead.py
+grep -h -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
-tail -n 12 "$logs/autotune.log"
+for f in decode decode_paged decode_spec varlen python_overhead; do
+  [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }
+done
+tail -n 12 "$logs/autotune.log" 2>/dev/null
 tail -n 3 "$logs/python_gpu.log" "$logs/rust_device.log" 2>/dev/null
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 exit $status

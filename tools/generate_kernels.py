@@ -167,6 +167,18 @@ def with_dtype(config, dtype):
     return dataclasses.replace(config, dtype=dtype)
 
 
+def decode_configs(dtype, d_head):
+    """Kernels for few query rows against many keys (decode, split-KV): the smallest query tile
+    (B_r = 64, the least MMA work on padding rows) with 64- or 128-key blocks. The 128-key block
+    needs (64 + 2 * 128) * d * 2 bytes of shared memory: 80 KiB at d = 128, two blocks per SM;
+    at d = 256 it would leave one, so that head dim takes 64-key blocks only."""
+    fixed = (4, True, True, True)
+    configs = [KernelConfig(dtype, d_head, 64, 64, *fixed, 0, 0, 0, False, False)]
+    if d_head <= 128:
+        configs.append(KernelConfig(dtype, d_head, 64, 128, *fixed, 2, 2, 2, False, False))
+    return configs
+
+
 def select(kernel_set, dtypes, head_dims, tables):
     configs = set()
     if kernel_set in ("default", "all"):
@@ -174,6 +186,8 @@ def select(kernel_set, dtypes, head_dims, tables):
             for _, d, _, _, config in rows:
                 if d in head_dims:
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
+        for dtype, d in itertools.product(dtypes, head_dims):
+            configs.update(decode_configs(dtype, d))
     for dtype, d in itertools.product(dtypes, head_dims):
         if kernel_set in ("seed", "autotune", "all"):
             configs.update(autotune_configs(dtype, d))

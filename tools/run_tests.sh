@@ -1,40 +1,163 @@
 #!/usr/bin/env bash
-# Builds and runs every test, as the README says:
+# Builds and runs every test, as the README says, after installing what the machine lacks
+# (tools/setup.sh test: Debian's doctest, cargo and Rust crates, clang's fuzzing runtimes; numpy,
+# ml_dtypes and pytest from PyPI; each named with its reason as it is installed):
 #   1. the default build (the measured kernel set, sm_80 + sm_90) and all its tests
 #      (host tests; GPU tests, which report "skipped" without a GPU; header and export checks);
-#   2. the Rust bindings (cargo test, the CPU example) and the Python bindings (pytest on the
-#      installed package, the example notebook included), against that build;
-#   3. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. the concurrent-use test under ThreadSanitizer.
-# Needs, besides the C++ toolchain: cargo (with libclang, for bindgen), Python 3 with pip, numpy,
-# ml_dtypes and pytest.
-# The sanitizer builds compile a reduced kernel set (the 7 bf16 progression kernels, sm_80 only):
-# they test host code, and every host test still runs. Extra CMake arguments for all three builds
-# can be given in FA_TEST_CMAKE_ARGS.
+#   2. the Rust bindings (cargo test, the CPU example, cargo doc with warnings as errors) and the
+#      Python bindings (pytest on the package's sources, the example notebook included), against
+#      that build;
+#   3. the packages that carry the library, each used away from any build tree or variable:
+#      the wheel (pip wheel) installed in a fresh virtual environment, and a Rust project outside
+#      the repository depending on bindings/rust/flashattn of a copy of the sources without
+#      build/, so that flashattn-sys builds its bundled sources; both run a CPU forward against a
+#      reference with no FLASHATTN_* variable set;
+#   4. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   5. the concurrent-use test under ThreadSanitizer;
+#   6. the libFuzzer targets and the leak check (tools/run_fuzz.sh), where that script exists.
+# The sanitizer builds and the packages compile a reduced kernel set (the 7 bf16 progression
+# kernels, sm_80 only): they test host code and packaging, and every host test still runs.
+# Extra CMake arguments for the default and sanitizer builds can be given in FA_TEST_CMAKE_ARGS;
+# FA_JOBS sets the build parallelism (default: every core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${FA_JOBS:-$(nproc)}"
 extra=(${FA_TEST_CMAKE_ARGS:-})
-reduced=(-DFA_KERNEL_SET=progression -DFA_DTYPES=bf16 -DFA_HEAD_DIMS=128 -DFA_CUDA_ARCHS=80
-         -DFA_BUILD_EXAMPLES=OFF -DFA_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+reduced_defs=(FA_KERNEL_SET=progression FA_DTYPES=bf16 FA_HEAD_DIMS=128 FA_CUDA_ARCHS=80)
+reduced=("${reduced_defs[@]/#/-D}" -DFA_BUILD_EXAMPLES=OFF -DFA_BUILD_BENCH=OFF
+         -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 
-banner() { printf '\n==== %s ====\n' "$*"; }
+step_start=$SECONDS
+step_name=""
+banner() {
+  [[ -n $step_name ]] && printf '(%s: %d s)\n' "$step_name" $((SECONDS - step_start))
+  step_name="$*" step_start=$SECONDS
+  printf '\n==== %s ====\n' "$*"
+}
+
+banner "set-up: tools/setup.sh test"
+source tools/setup.sh test
+py="$FA_PYTHON"
+
+work="$(mktemp -d)"  # this run's scratch: cargo's home, the package tests' environments
+trap 'rm -rf "$work"' EXIT
+
+# Cargo builds from Debian's packaged crates instead of crates.io (which CI cannot reach): a
+# source replacement in a CARGO_HOME of this run only; the crates name ordinary crates.io versions.
+if [[ -d /usr/share/cargo/registry ]]; then
+  export CARGO_HOME="$work/cargo-home"
+  mkdir -p "$CARGO_HOME"
+  cat >"$CARGO_HOME/config.toml" <<'TOML'
+[source.crates-io]
+replace-with = "debian"
+[source.debian]
+directory = "/usr/share/cargo/registry"
+[net]
+offline = true
+TOML
+fi
 
 banner "default build: all tests"
 cmake -S . -B build "${extra[@]}"
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure
 
-banner "Rust bindings: cargo test (flashattn-sys, flashattn), the CPU example"
-export FLASHATTN_LIB_DIR="$PWD/build" FLASHATTN_INCLUDE_DIR="$PWD/include"
-cargo test --manifest-path bindings/rust/Cargo.toml
-cargo run --manifest-path bindings/rust/Cargo.toml --example cpu_forward
+banner "Rust bindings: cargo test (flashattn-sys, flashattn), the CPU example, cargo doc"
+(
+  export FLASHATTN_LIB_DIR="$PWD/build" FLASHATTN_INCLUDE_DIR="$PWD/include"
+  cargo test --manifest-path bindings/rust/Cargo.toml
+  cargo run --manifest-path bindings/rust/Cargo.toml --example cpu_forward
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --manifest-path bindings/rust/Cargo.toml
+)
 
-banner "Python bindings: pytest (installed package, notebook included)"
-rm -rf build/python
-python3 -m pip install --quiet --no-deps --target build/python bindings/python
-FLASHATTN_LIBRARY="$PWD/build/libflashattn.so.0" PYTHONPATH="$PWD/build/python" \
-  python3 -m pytest -q -p no:cacheprovider bindings/python/tests
+banner "Python bindings: pytest (the package's sources, notebook included)"
+FLASHATTN_LIBRARY="$PWD/build/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \
+  "$py" -m pytest -q -p no:cacheprovider bindings/python/tests
+
+banner "packages: the wheel in a fresh virtual environment"
+rm -rf build/wheel
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$py" -m pip wheel --no-deps --wheel-dir build/wheel \
+  "${reduced_defs[@]/#/--config-settings=cmake.define.}" bindings/python
+"$py" -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install --quiet build/wheel/flashattn-*.whl
+# Run from outside the repository, with nothing pointing at a library: the package's own.
+(cd "$work" && env -u FLASHATTN_LIBRARY -u PYTHONPATH -u LD_LIBRARY_PATH venv/bin/python - <<'PY'
+from pathlib import Path
+
+import numpy as np
+import flashattn
+from flashattn import _ffi
+
+rng = np.random.default_rng(0)
+b, sq, sk, hq, hkv, d = 2, 37, 53, 4, 2, 16
+q = rng.standard_normal((b, sq, hq, d), dtype=np.float32)
+k = rng.standard_normal((b, sk, hkv, d), dtype=np.float32)
+v = rng.standard_normal((b, sk, hkv, d), dtype=np.float32)
+o = flashattn.forward(q, k, v, causal=True)
+
+kk, vv = (np.repeat(x.astype(np.float64), hq // hkv, axis=2) for x in (k, v))
+s = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), kk) / np.sqrt(d)
+visible = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq  # bottom-right causal
+s = np.where(visible, s, -np.inf)
+p = np.exp(s - s.max(axis=-1, keepdims=True))
+ref = np.einsum("bhqk,bkhd->bqhd", p / p.sum(axis=-1, keepdims=True), vv)
+err = float(np.abs(o - ref).max())
+loaded = Path(_ffi.lib()._name).resolve()
+print(f"wheel: {loaded}: causal GQA forward, max abs error vs float64 {err:.1e}")
+assert loaded.parent == Path(flashattn.__file__).resolve().parent, "not the wheel's library"
+assert err < 1e-5, err
+PY
+)
+
+banner "packages: a Rust project outside the repository, bundled build"
+# A copy of the sources as a fresh clone has them (tracked and new files, no build trees).
+git ls-files -z --cached --others --exclude-standard |
+  tar --null --ignore-failed-read -cf - -T - | tar -xf - -C "$(mkdir -p "$work/src" && echo "$work/src")"
+mkdir -p "$work/app/src"
+cat >"$work/app/Cargo.toml" <<TOML
+[package]
+name = "app"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+flashattn = { path = "$work/src/bindings/rust/flashattn" }
+TOML
+cat >"$work/app/src/main.rs" <<'RS'
+use flashattn::{Config, Context, DType, Device};
+
+fn main() -> Result<(), flashattn::Error> {
+    // 3 query rows against 5 keys, causal (bottom-right): row i sees keys 0..=i + 2.
+    let (sq, sk, d) = (3usize, 5usize, 4usize);
+    let config = Config::builder(DType::F32, 1, sq as i64, sk as i64, 1, 1, d as i64).causal(true).build()?;
+    let q: Vec<f32> = (0..sq * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 8.0).collect();
+    let k: Vec<f32> = (0..sk * d).map(|i| ((i * 5 % 13) as f32 - 6.0) / 8.0).collect();
+    let v: Vec<f32> = (0..sk * d).map(|i| ((i * 3 % 7) as f32 - 3.0) / 4.0).collect();
+    let mut o = vec![f32::NAN; sq * d];
+    Context::new(Device::Cpu)?.forward(&config, &q, &k, &v, &mut o, None)?;
+    let mut worst = 0f64;
+    for i in 0..sq {
+        let s: Vec<f64> = (0..=i + sk - sq)
+            .map(|j| (0..d).map(|c| (q[i * d + c] * k[j * d + c]) as f64).sum::<f64>() / (d as f64).sqrt())
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let l: f64 = s.iter().map(|x| (x - m).exp()).sum();
+        for c in 0..d {
+            let want: f64 = s.iter().enumerate().map(|(j, x)| (x - m).exp() / l * v[j * d + c] as f64).sum();
+            worst = worst.max((want - o[i * d + c] as f64).abs());
+        }
+    }
+    println!("app: libflashattn {} on the CPU, max abs error {worst:.1e}", flashattn::version());
+    assert!(worst < 1e-6, "max abs error {worst}");
+    Ok(())
+}
+RS
+(cd "$work/app" &&
+  env -u FLASHATTN_LIB_DIR -u FLASHATTN_INCLUDE_DIR -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH \
+    -u CARGO_TARGET_DIR NUM_JOBS="$jobs" FLASHATTN_CMAKE_ARGS="${reduced_defs[*]/#/-D}" \
+    cargo run --quiet)
+ls "$work"/app/target/debug/build/flashattn-sys-*/out/lib/libflashattn.so.0 >/dev/null ||
+  { echo "the app did not use flashattn-sys's bundled build" >&2; exit 1; }
 
 banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DFA_SANITIZE=address,undefined "${reduced[@]}" "${extra[@]}"
@@ -47,4 +170,10 @@ cmake -S . -B build-tsan -DFA_SANITIZE=thread "${reduced[@]}" "${extra[@]}"
 cmake --build build-tsan -j "$jobs"
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -L concurrency
 
+if [[ -f tools/run_fuzz.sh ]]; then
+  banner "fuzzing: tools/run_fuzz.sh"
+  bash tools/run_fuzz.sh
+fi
+
 banner "all tests passed"
+printf '(total: %d s)\n' "$SECONDS"

@@ -99,29 +99,132 @@ fa_status build_plan(fa_context_s* ctx, fa_config const* config, KernelConfig co
   } else if (fa_status s = choose_cached(ctx, p, &plan->kernel); s != FA_STATUS_SUCCESS) {
     return s;
   }
-  plan->params = fa::cuda::make_params(plan->kernel->config, p);
-  plan->grid = fa::cuda::make_grid(plan->kernel->config, p);
+  plan->schedule = fa::cuda::make_schedule(ctx->gpu, *plan->kernel, p, true);
+  plan->params = fa::cuda::make_params(plan->kernel->config, p, plan->schedule);
+  plan->unsplit = fa::cuda::make_schedule(ctx->gpu, *plan->kernel, p, false);
+  plan->unsplit_params = fa::cuda::make_params(plan->kernel->config, p, plan->unsplit);
   return FA_STATUS_SUCCESS;
 }
 
+namespace {
+
+// The run pointers the problem uses (the others are ignored), each checked non-NULL.
+fa_status run_pointers(Problem const& p, fa_run_args const* args, RunPointers* out) {
+  fa_run_args a;
+  std::memset(&a, 0, sizeof a);
+  if (args != nullptr) {
+    if (args->struct_size < sizeof(fa_run_args)) {
+      return fail(FA_STATUS_BAD_STRUCT_SIZE,
+                  "fa_run_args.struct_size = %zu is smaller than %zu: initialise it with "
+                  "fa_run_args_init()",
+                  args->struct_size, sizeof(fa_run_args));
+    }
+    std::memcpy(&a, args, sizeof a);
+  }
+  bool const paged = p.layout == Layout::kPagedKv;
+  struct Needed {
+    char const* name;
+    void const* value;
+    bool used;
+  };
+  for (Needed n : {Needed{"cu_seqlens_q", a.cu_seqlens_q, p.needs_cu_seqlens()},
+                   Needed{"cu_seqlens_k", a.cu_seqlens_k, p.needs_cu_seqlens()},
+                   Needed{"cache_seqlens", a.cache_seqlens, p.needs_cache_seqlens()},
+                   Needed{"block_table", a.block_table, paged},
+                   Needed{"alibi_slopes", a.alibi_slopes, p.alibi != Alibi::kNone},
+                   Needed{"sinks", a.sinks, p.sinks}}) {
+    if (n.used && n.value == nullptr) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "fa_run_args.%s is NULL, but fa_config uses it%s",
+                  n.name, args == nullptr ? " (pass fa_run_args to fa_forward_ex/fa_plan_run_ex)" : "");
+    }
+  }
+  RunPointers r;
+  if (p.needs_cu_seqlens()) {
+    r.cu_seqlens_q = a.cu_seqlens_q;
+    r.cu_seqlens_k = a.cu_seqlens_k;
+  }
+  if (p.needs_cache_seqlens()) r.cache_seqlens = a.cache_seqlens;
+  if (paged) r.block_table = a.block_table;
+  if (p.alibi != Alibi::kNone) r.alibi_slopes = a.alibi_slopes;
+  if (p.sinks) r.sinks = a.sinks;
+  *out = r;
+  return FA_STATUS_SUCCESS;
+}
+
+// Outputs must not share memory with the inputs or with each other (the header's rule): the
+// address ranges [base, base + extent) come from the strides and sizes.
+fa_status check_overlap(Problem const& p, void const* q, void const* k, void const* v, void* o,
+                        float* lse) {
+  Extents const e = extents(p);
+  auto const elem = static_cast<int64_t>(dtype_size(p.dtype));
+  struct Range {
+    char const* name;
+    uintptr_t begin;
+    uintptr_t end;
+  };
+  auto range = [](char const* name, void const* base, int64_t bytes) {
+    auto const b = reinterpret_cast<uintptr_t>(base);
+    return Range{name, b, b + static_cast<uintptr_t>(bytes)};
+  };
+  Range const out_o = range("o", o, e.o * elem);
+  Range const inputs[3] = {range("q", q, e.q * elem), range("k", k, e.k * elem),
+                           range("v", v, e.v * elem)};
+  auto overlap = [](Range const& a, Range const& b) { return a.begin < b.end && b.begin < a.end; };
+  for (Range const& in : inputs) {
+    if (overlap(out_o, in)) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "o [%p, +%lld bytes) overlaps %s [%p, +%lld bytes): outputs must not share memory "
+                  "with inputs",
+                  o, static_cast<long long>(out_o.end - out_o.begin), in.name,
+                  reinterpret_cast<void const*>(in.begin), static_cast<long long>(in.end - in.begin));
+    }
+  }
+  if (lse != nullptr) {
+    Range const out_lse = range("lse", lse, e.lse * static_cast<int64_t>(sizeof(float)));
+    for (Range const& other : {inputs[0], inputs[1], inputs[2], out_o}) {
+      if (overlap(out_lse, other)) {
+        return fail(FA_STATUS_INVALID_ARGUMENT, "lse = %p overlaps %s = %p",
+                    static_cast<void*>(lse), other.name, reinterpret_cast<void const*>(other.begin));
+      }
+    }
+  }
+  return FA_STATUS_SUCCESS;
+}
+
+}  // namespace
+
 fa_status run_plan(fa_plan_s const& plan, void const* q, void const* k, void const* v, void* o,
-                   float* lse, fa_stream_t stream) {
+                   float* lse, fa_run_args const* args, fa_stream_t stream) {
+  struct Pointer {
+    char const* name;
+    void const* value;
+  };
+  for (Pointer ptr : {Pointer{"q", q}, Pointer{"k", k}, Pointer{"v", v}, Pointer{"o", o}}) {
+    if (ptr.value == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "%s is NULL", ptr.name);
+  }
+  if (fa_status s = check_overlap(plan.problem, q, k, v, o, lse); s != FA_STATUS_SUCCESS) return s;
+  RunPointers run;
+  if (fa_status s = run_pointers(plan.problem, args, &run); s != FA_STATUS_SUCCESS) return s;
+  void* const workspace = args != nullptr ? args->workspace : nullptr;
+  size_t const workspace_size = args != nullptr ? args->workspace_size : 0;
   if (is_cpu(plan.ctx)) {
     if (stream != nullptr) {
       return fail(FA_STATUS_WRONG_CONTEXT, "stream = %p given to a CPU context (must be NULL)",
                   static_cast<void*>(stream));
     }
-    struct Pointer {
-      char const* name;
-      void const* value;
-    };
-    for (Pointer ptr : {Pointer{"q", q}, Pointer{"k", k}, Pointer{"v", v}, Pointer{"o", o}}) {
-      if (ptr.value == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "%s is NULL", ptr.name);
+    if (fa_status s = fa::cpu::check_run_pointers(plan.problem, run); s != FA_STATUS_SUCCESS) {
+      return s;
     }
-    fa::cpu::forward(plan.problem, q, k, v, o, lse, plan.ctx->cpu_threads);
+    fa::cpu::forward(plan.problem, q, k, v, o, lse, run, plan.ctx->cpu_threads);
     return FA_STATUS_SUCCESS;
   }
-  return cuda::launch(plan.ctx->gpu, *plan.kernel, plan.params, plan.grid, q, k, v, o, lse,
+  cuda::LaunchTensors const tensors{q, k, v, o, lse, run, workspace, workspace_size};
+  if (plan.schedule.num_splits > 1 && plan.problem.num_splits == 0 &&
+      (workspace == nullptr || workspace_size < plan.schedule.workspace_bytes)) {
+    return cuda::launch(plan.ctx->gpu, *plan.kernel, plan.unsplit_params, plan.unsplit, tensors,
+                        reinterpret_cast<cudaStream_t>(stream));
+  }
+  return cuda::launch(plan.ctx->gpu, *plan.kernel, plan.params, plan.schedule, tensors,
                       reinterpret_cast<cudaStream_t>(stream));
 }
 
@@ -160,15 +263,12 @@ FA_API fa_status fa_config_extents(fa_config const* config, int64_t* q, int64_t*
   return fa::guarded([&] {
     fa::Problem p;
     if (fa_status s = fa::to_problem(config, &p); s != FA_STATUS_SUCCESS) return s;
-    // to_problem has checked that every offset below fits in int64.
-    auto extent = [&](fa::TensorStrides const& t, int64_t seq, int64_t heads) {
-      return (p.batch - 1) * t.batch + (seq - 1) * t.seq + (heads - 1) * t.head + p.head_dim;
-    };
-    if (q != nullptr) *q = extent(p.q, p.seqlen_q, p.heads_q);
-    if (k != nullptr) *k = extent(p.k, p.seqlen_k, p.heads_kv);
-    if (v != nullptr) *v = extent(p.v, p.seqlen_k, p.heads_kv);
-    if (o != nullptr) *o = extent(p.o, p.seqlen_q, p.heads_q);
-    if (lse != nullptr) *lse = p.batch * p.heads_q * p.seqlen_q;
+    fa::Extents const e = fa::extents(p);
+    if (q != nullptr) *q = e.q;
+    if (k != nullptr) *k = e.k;
+    if (v != nullptr) *v = e.v;
+    if (o != nullptr) *o = e.o;
+    if (lse != nullptr) *lse = e.lse;
     return FA_STATUS_SUCCESS;
   });
 }
@@ -209,7 +309,26 @@ FA_API fa_status fa_forward(fa_context_t* ctx, fa_config const* config, void con
   return fa::guarded([&] {
     fa_plan_s plan;
     if (fa_status s = build_plan(ctx, config, nullptr, &plan); s != FA_STATUS_SUCCESS) return s;
-    return run_plan(plan, q, k, v, o, lse, stream);
+    return run_plan(plan, q, k, v, o, lse, nullptr, stream);
+  });
+}
+
+FA_API fa_status fa_forward_ex(fa_context_t* ctx, fa_config const* config, void const* q,
+                               void const* k, void const* v, void* o, float* lse,
+                               fa_run_args const* args, fa_stream_t stream) {
+  return fa::guarded([&] {
+    fa_plan_s plan;
+    if (fa_status s = build_plan(ctx, config, nullptr, &plan); s != FA_STATUS_SUCCESS) return s;
+    return run_plan(plan, q, k, v, o, lse, args, stream);
+  });
+}
+
+FA_API fa_status fa_run_args_init(fa_run_args* args) {
+  return fa::guarded([&] {
+    if (args == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "args is NULL");
+    std::memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    return FA_STATUS_SUCCESS;
   });
 }
 
@@ -273,7 +392,16 @@ FA_API fa_status fa_plan_workspace_size(fa_plan_t const* plan, size_t* size) {
   return fa::guarded([&] {
     if (plan == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "plan is NULL");
     if (size == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "size is NULL");
-    *size = 0;  // the FA2 kernels keep all their state on chip
+    *size = plan->schedule.workspace_bytes;
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+FA_API fa_status fa_plan_num_splits(fa_plan_t const* plan, int* splits) {
+  return fa::guarded([&] {
+    if (plan == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "plan is NULL");
+    if (splits == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "splits is NULL");
+    *splits = plan->kernel == nullptr ? 1 : plan->schedule.num_splits;
     return FA_STATUS_SUCCESS;
   });
 }
@@ -281,11 +409,21 @@ FA_API fa_status fa_plan_workspace_size(fa_plan_t const* plan, size_t* size) {
 FA_API fa_status fa_plan_run(fa_plan_t const* plan, void const* q, void const* k, void const* v,
                              void* o, float* lse, void* workspace, size_t workspace_size,
                              fa_stream_t stream) {
-  (void)workspace;
-  (void)workspace_size;  // every kernel of this version needs 0 bytes
   return fa::guarded([&] {
     if (plan == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "plan is NULL");
-    return run_plan(*plan, q, k, v, o, lse, stream);
+    fa_run_args args;
+    fa_run_args_init(&args);
+    args.workspace = workspace;
+    args.workspace_size = workspace_size;
+    return run_plan(*plan, q, k, v, o, lse, &args, stream);
+  });
+}
+
+FA_API fa_status fa_plan_run_ex(fa_plan_t const* plan, void const* q, void const* k, void const* v,
+                                void* o, float* lse, fa_run_args const* args, fa_stream_t stream) {
+  return fa::guarded([&] {
+    if (plan == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "plan is NULL");
+    return run_plan(*plan, q, k, v, o, lse, args, stream);
   });
 }
 
@@ -391,6 +529,94 @@ FA_API fa_status fa_kernel_config_canonical(fa_kernel_config const* config,
     fa::KernelConfig c;
     if (fa_status s = fa::to_kernel_config(config, &c); s != FA_STATUS_SUCCESS) return s;
     return fa::from_kernel_config(fa::canonical(c), out);
+  });
+}
+
+FA_API fa_status fa_merge_config_init(fa_merge_config* config) {
+  return fa::guarded([&] {
+    if (config == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "config is NULL");
+    std::memset(config, 0, sizeof *config);
+    config->struct_size = sizeof *config;
+    config->dtype = FA_DTYPE_BF16;
+    config->batch = config->seqlen = config->heads = config->head_dim = 1;
+    return FA_STATUS_SUCCESS;
+  });
+}
+
+FA_API fa_status fa_merge_states(fa_context_t* ctx, fa_merge_config const* config,
+                                 void const* o_a, float const* lse_a, void const* o_b,
+                                 float const* lse_b, void* o, float* lse, fa_stream_t stream) {
+  return fa::guarded([&] {
+    if (fa_status s = check_context(ctx); s != FA_STATUS_SUCCESS) return s;
+    fa::MergeShape m;
+    if (fa_status s = fa::to_merge_shape(config, &m); s != FA_STATUS_SUCCESS) return s;
+    struct Pointer {
+      char const* name;
+      void const* value;
+    };
+    for (Pointer ptr : {Pointer{"o_a", o_a}, Pointer{"lse_a", lse_a}, Pointer{"o_b", o_b},
+                        Pointer{"lse_b", lse_b}, Pointer{"o", o}, Pointer{"lse", lse}}) {
+      if (ptr.value == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "%s is NULL", ptr.name);
+    }
+    int64_t const elem = fa::dtype_size(m.dtype);
+    int64_t const lse_bytes = m.batch * m.heads * m.seqlen * static_cast<int64_t>(sizeof(float));
+    auto overlaps = [](void const* a, int64_t a_bytes, void const* b, int64_t b_bytes) {
+      auto const x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+      return x < y + static_cast<uintptr_t>(b_bytes) && y < x + static_cast<uintptr_t>(a_bytes);
+    };
+    // In place (o == o_a or o_b, lse == lse_a or lse_b) is allowed; a partial overlap is not,
+    // nor an output at the address of a tensor of the other kind (o == lse_a, o == lse, lse ==
+    // o_a: when o and the LSEs happen to span the same bytes, they used to pass as in place).
+    struct Pair {
+      char const* out_name;
+      void const* out;
+      int64_t out_bytes;
+      char const* in_name;
+      void const* in;
+      int64_t in_bytes;
+      bool in_place_ok;
+    };
+    for (Pair pr : {Pair{"o", o, m.o_extent * elem, "o_a", o_a, m.o_extent * elem, true},
+                    Pair{"o", o, m.o_extent * elem, "o_b", o_b, m.o_extent * elem, true},
+                    Pair{"o", o, m.o_extent * elem, "lse_a", lse_a, lse_bytes, false},
+                    Pair{"o", o, m.o_extent * elem, "lse_b", lse_b, lse_bytes, false},
+                    Pair{"o", o, m.o_extent * elem, "lse", lse, lse_bytes, false},
+                    Pair{"lse", lse, lse_bytes, "lse_a", lse_a, lse_bytes, true},
+                    Pair{"lse", lse, lse_bytes, "lse_b", lse_b, lse_bytes, true},
+                    Pair{"lse", lse, lse_bytes, "o_a", o_a, m.o_extent * elem, false},
+                    Pair{"lse", lse, lse_bytes, "o_b", o_b, m.o_extent * elem, false}}) {
+      bool const same = pr.in_place_ok && pr.out == pr.in && pr.out_bytes == pr.in_bytes;
+      if (!same && overlaps(pr.out, pr.out_bytes, pr.in, pr.in_bytes)) {
+        return fail(FA_STATUS_INVALID_ARGUMENT,
+                    "%s = %p overlaps %s = %p (only exactly in place is allowed)", pr.out_name,
+                    pr.out, pr.in_name, pr.in);
+      }
+    }
+    if (fa::is_cpu(ctx)) {
+      if (stream != nullptr) {
+        return fail(FA_STATUS_WRONG_CONTEXT, "stream = %p given to a CPU context (must be NULL)",
+                    static_cast<void*>(stream));
+      }
+      fa::cpu::merge_states(m.dtype, m.batch, m.seqlen, m.heads, m.head_dim, m.o, o_a, lse_a, o_b,
+                            lse_b, o, lse);
+      return FA_STATUS_SUCCESS;
+    }
+    if (m.dtype == fa::DType::kFP32) {
+      return fail(FA_STATUS_UNSUPPORTED, "fa_merge_config.dtype = FA_DTYPE_FP32 runs on CPU contexts only");
+    }
+    for (Pointer ptr : {Pointer{"o_a", o_a}, Pointer{"lse_a", lse_a}, Pointer{"o_b", o_b},
+                        Pointer{"lse_b", lse_b}, Pointer{"o", o}, Pointer{"lse", lse}}) {
+      if (reinterpret_cast<uintptr_t>(ptr.value) % 4 != 0) {
+        return fail(FA_STATUS_UNSUPPORTED, "%s = %p is not 4-byte aligned", ptr.name, ptr.value);
+      }
+    }
+    if (fa::cuda::warp_blocks(m.batch * m.seqlen * m.heads) > INT32_MAX) {
+      return fail(FA_STATUS_UNSUPPORTED, "fa_merge_config: %lld rows x heads exceed the grid",
+                  static_cast<long long>(m.batch * m.seqlen * m.heads));
+    }
+    fa::cuda::MergeParams const params{o_a, lse_a, o_b, lse_b, o, lse, m.batch, m.seqlen, m.heads,
+                                       m.head_dim, m.o.batch, m.o.seq, m.o.head};
+    return fa::cuda::merge(ctx->gpu, m.dtype, params, reinterpret_cast<cudaStream_t>(stream));
   });
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "api/status.hpp"
@@ -14,12 +16,14 @@ namespace {
 // A caller built against a newer header may pass a larger struct; that is accepted when the fields
 // this version does not know are all zero (their defaults), so a new feature is never silently
 // ignored.
+// `oldest` is the size of the struct's first published version: a caller built against it passes
+// that size, and the fields it lacks read as 0.
 template <class S>
-fa_status check_struct_size(S const* s, char const* name) {
-  if (s->struct_size < sizeof(S)) {
+fa_status check_struct_size(S const* s, char const* name, size_t oldest = sizeof(S)) {
+  if (s->struct_size < oldest) {
     return fail(FA_STATUS_BAD_STRUCT_SIZE,
                 "%s.struct_size = %zu is smaller than %zu: initialise it with %s_init()", name,
-                s->struct_size, sizeof(S), name);
+                s->struct_size, oldest, name);
   }
   auto const* bytes = reinterpret_cast<unsigned char const*>(s);
   for (size_t i = sizeof(S); i < s->struct_size; ++i) {
@@ -90,9 +94,92 @@ fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, int64_t 
 
 }  // namespace
 
-fa_status to_problem(fa_config const* c, Problem* out) {
-  if (c == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "config is NULL");
-  if (fa_status s = check_struct_size(c, "fa_config"); s != FA_STATUS_SUCCESS) return s;
+// fa_config as published in 0.2.0 ended with the o strides.
+constexpr size_t kConfigSize_0_2 = offsetof(fa_config, layout);
+
+fa_status check_features(fa_config const* c) {
+  if (c->layout < FA_LAYOUT_DENSE || c->layout > FA_LAYOUT_PAGED_KV) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.layout = %d is not a fa_layout", c->layout);
+  }
+  if (c->window != 0 && c->window != 1) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.window = %d must be 0 or 1", c->window);
+  }
+  if (c->window == 0 && (c->window_left != 0 || c->window_right != 0)) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config.window_left = %lld, window_right = %lld are set but window = 0",
+                static_cast<long long>(c->window_left), static_cast<long long>(c->window_right));
+  }
+  if (!std::isfinite(c->softcap) || c->softcap < 0.f) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.softcap = %g must be 0 or finite and > 0",
+                static_cast<double>(c->softcap));
+  }
+  if (c->alibi < FA_ALIBI_NONE || c->alibi > FA_ALIBI_PER_BATCH) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.alibi = %d is not a fa_alibi", c->alibi);
+  }
+  if (c->sinks != 0 && c->sinks != 1) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.sinks = %d must be 0 or 1", c->sinks);
+  }
+  // 256 splits bound the combine kernel's per-row shared memory (256 LSEs).
+  if (c->num_splits < 0 || c->num_splits > 256) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.num_splits = %d must be in [0, 256]",
+                c->num_splits);
+  }
+  struct Field {
+    char const* name;
+    int64_t value;
+    bool used;
+  };
+  bool const varlen = c->layout == FA_LAYOUT_VARLEN, paged = c->layout == FA_LAYOUT_PAGED_KV;
+  for (Field f : {Field{"total_q", c->total_q, varlen}, Field{"total_k", c->total_k, varlen},
+                  Field{"num_pages", c->num_pages, paged}, Field{"page_size", c->page_size, paged},
+                  Field{"max_pages_per_seq", c->max_pages_per_seq, paged}}) {
+    if (f.used && f.value < 1) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.%s = %lld must be >= 1 for layout %d",
+                  f.name, static_cast<long long>(f.value), c->layout);
+    }
+    if (!f.used && f.value != 0) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.%s = %lld must be 0 for layout %d",
+                  f.name, static_cast<long long>(f.value), c->layout);
+    }
+  }
+  if (paged) {
+    int64_t span;
+    if (__builtin_mul_overflow(c->max_pages_per_seq, c->page_size, &span) || span < c->seqlen_k) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "fa_config.max_pages_per_seq = %lld pages of page_size = %lld rows cannot hold "
+                  "seqlen_k = %lld rows",
+                  static_cast<long long>(c->max_pages_per_seq),
+                  static_cast<long long>(c->page_size), static_cast<long long>(c->seqlen_k));
+    }
+  }
+  if (varlen) {
+    struct Stride {
+      char const* name;
+      int64_t value;
+    };
+    for (Stride st : {Stride{"q", c->q_batch_stride}, Stride{"k", c->k_batch_stride},
+                      Stride{"v", c->v_batch_stride}, Stride{"o", c->o_batch_stride}}) {
+      if (st.value != 0) {
+        return fail(FA_STATUS_INVALID_ARGUMENT,
+                    "fa_config.%s_batch_stride = %lld must be 0 for FA_LAYOUT_VARLEN (rows are "
+                    "addressed through cu_seqlens)",
+                    st.name, static_cast<long long>(st.value));
+      }
+    }
+  }
+  return FA_STATUS_SUCCESS;
+}
+
+fa_status to_problem(fa_config const* caller, Problem* out) {
+  if (caller == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "config is NULL");
+  if (fa_status s = check_struct_size(caller, "fa_config", kConfigSize_0_2); s != FA_STATUS_SUCCESS) {
+    return s;
+  }
+  // An older caller's struct is shorter: the fields it lacks are 0.
+  fa_config full;
+  std::memset(&full, 0, sizeof full);
+  std::memcpy(&full, caller, std::min(caller->struct_size, sizeof full));
+  fa_config const* c = &full;
   if (c->dtype != FA_DTYPE_FP16 && c->dtype != FA_DTYPE_BF16 && c->dtype != FA_DTYPE_FP32) {
     return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.dtype = %d is not a fa_dtype", c->dtype);
   }
@@ -123,6 +210,7 @@ fa_status to_problem(fa_config const* c, Problem* out) {
   if (c->reserved0 != 0) {
     return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.reserved0 = %d must be 0", c->reserved0);
   }
+  if (fa_status s = check_features(c); s != FA_STATUS_SUCCESS) return s;
 
   Problem p;
   p.dtype = static_cast<DType>(c->dtype);
@@ -144,16 +232,51 @@ fa_status to_problem(fa_config const* c, Problem* out) {
     bool output;
     TensorStrides* out;
   };
+  p.layout = static_cast<Layout>(c->layout);
+  p.window = c->window != 0;
+  p.window_left = p.window ? c->window_left : -1;
+  p.window_right = p.window ? c->window_right : -1;
+  // A bound no row can reach is unbounded: key j < Sk and query i < Sq give i + Sk - Sq - j in
+  // (-Sq, Sk), so window_left >= Sk and window_right >= Sq never mask a key. Dropping them keeps
+  // the backends' i + Sk - Sq -/+ window arithmetic within int64 (window_left = INT64_MAX
+  // overflowed it). Sk and Sq are at most seqlen_k and seqlen_q, and cu_seqlens and
+  // cache_seqlens (int32) bound them by INT32_MAX.
+  {
+    bool const int32_q = c->layout == FA_LAYOUT_VARLEN;
+    bool const int32_k = c->layout != FA_LAYOUT_DENSE;
+    int64_t const max_sq = int32_q ? std::min<int64_t>(c->seqlen_q, INT32_MAX) : c->seqlen_q;
+    int64_t const max_sk = int32_k ? std::min<int64_t>(c->seqlen_k, INT32_MAX) : c->seqlen_k;
+    if (p.window_left >= max_sk) p.window_left = -1;
+    if (p.window_right >= max_sq) p.window_right = -1;
+  }
+  p.softcap = c->softcap;
+  p.alibi = static_cast<Alibi>(c->alibi);
+  p.sinks = c->sinks != 0;
+  p.num_splits = c->num_splits;
+  p.total_q = c->total_q;
+  p.total_k = c->total_k;
+  p.num_pages = c->num_pages;
+  p.page_size = c->page_size;
+  p.max_pages_per_seq = c->max_pages_per_seq;
+
+  // The (outer, rows) extents each tensor spans: varlen tensors are one run of total rows, a
+  // paged cache is num_pages pages of page_size rows.
+  bool const varlen = p.layout == Layout::kVarlen, paged = p.layout == Layout::kPagedKv;
+  int64_t const q_outer = varlen ? 1 : p.batch, q_seq = varlen ? p.total_q : p.seqlen_q;
+  int64_t const k_outer = varlen ? 1 : paged ? p.num_pages : p.batch;
+  int64_t const k_seq = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
   Tensor tensors[4] = {
-      {"q", p.seqlen_q, p.heads_q, {c->q_batch_stride, c->q_seq_stride, c->q_head_stride}, false, &p.q},
-      {"k", p.seqlen_k, p.heads_kv, {c->k_batch_stride, c->k_seq_stride, c->k_head_stride}, false, &p.k},
-      {"v", p.seqlen_k, p.heads_kv, {c->v_batch_stride, c->v_seq_stride, c->v_head_stride}, false, &p.v},
-      {"o", p.seqlen_q, p.heads_q, {c->o_batch_stride, c->o_seq_stride, c->o_head_stride}, true, &p.o},
+      {"q", q_seq, p.heads_q, {c->q_batch_stride, c->q_seq_stride, c->q_head_stride}, false, &p.q},
+      {"k", k_seq, p.heads_kv, {c->k_batch_stride, c->k_seq_stride, c->k_head_stride}, false, &p.k},
+      {"v", k_seq, p.heads_kv, {c->v_batch_stride, c->v_seq_stride, c->v_head_stride}, false, &p.v},
+      {"o", q_seq, p.heads_q, {c->o_batch_stride, c->o_seq_stride, c->o_head_stride}, true, &p.o},
   };
   for (Tensor& t : tensors) {
     fa_status s = resolve_strides(t.name, t.seq, t.heads, p.head_dim, t.strides, t.out);
     if (s != FA_STATUS_SUCCESS) return s;
-    std::array<Dim, 4> dims = {Dim{p.batch, t.out->batch}, Dim{t.seq, t.out->seq},
+    if (varlen) t.out->batch = 0;
+    int64_t const outer = (t.name[0] == 'q' || t.name[0] == 'o') ? q_outer : k_outer;
+    std::array<Dim, 4> dims = {Dim{outer, t.out->batch}, Dim{t.seq, t.out->seq},
                                Dim{t.heads, t.out->head}, Dim{p.head_dim, 1}};
     if (max_offset(dims) < 0) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
@@ -170,6 +293,66 @@ fa_status to_problem(fa_config const* c, Problem* out) {
     }
   }
   *out = p;
+  return FA_STATUS_SUCCESS;
+}
+
+Extents extents(Problem const& p) {
+  bool const varlen = p.layout == Layout::kVarlen, paged = p.layout == Layout::kPagedKv;
+  int64_t const q_outer = varlen ? 1 : p.batch, q_seq = varlen ? p.total_q : p.seqlen_q;
+  int64_t const k_outer = varlen ? 1 : paged ? p.num_pages : p.batch;
+  int64_t const k_seq = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
+  auto extent = [&](TensorStrides const& t, int64_t outer, int64_t seq, int64_t heads) {
+    return (outer - 1) * t.batch + (seq - 1) * t.seq + (heads - 1) * t.head + p.head_dim;
+  };
+  return {extent(p.q, q_outer, q_seq, p.heads_q), extent(p.k, k_outer, k_seq, p.heads_kv),
+          extent(p.v, k_outer, k_seq, p.heads_kv), extent(p.o, q_outer, q_seq, p.heads_q),
+          p.q_rows() * p.heads_q};
+}
+
+fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
+  if (c == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "config is NULL");
+  if (fa_status s = check_struct_size(c, "fa_merge_config"); s != FA_STATUS_SUCCESS) return s;
+  if (c->dtype != FA_DTYPE_FP16 && c->dtype != FA_DTYPE_BF16 && c->dtype != FA_DTYPE_FP32) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_merge_config.dtype = %d is not a fa_dtype",
+                c->dtype);
+  }
+  if (c->reserved0 != 0) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_merge_config.reserved0 = %d must be 0",
+                c->reserved0);
+  }
+  struct Size {
+    char const* name;
+    int64_t value;
+  };
+  for (Size const& s : {Size{"batch", c->batch}, Size{"seqlen", c->seqlen}, Size{"heads", c->heads},
+                        Size{"head_dim", c->head_dim}}) {
+    if (s.value < 1) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "fa_merge_config.%s = %lld must be >= 1", s.name,
+                  static_cast<long long>(s.value));
+    }
+  }
+  MergeShape m{static_cast<DType>(c->dtype), c->batch, c->seqlen, c->heads, c->head_dim, {}, 0};
+  int64_t const strides[3] = {c->o_batch_stride, c->o_seq_stride, c->o_head_stride};
+  if (fa_status s = resolve_strides("o", m.seqlen, m.heads, m.head_dim, strides, &m.o);
+      s != FA_STATUS_SUCCESS) {
+    return s;
+  }
+  std::array<Dim, 4> const dims = {Dim{m.batch, m.o.batch}, Dim{m.seqlen, m.o.seq},
+                                   Dim{m.heads, m.o.head}, Dim{m.head_dim, 1}};
+  int64_t const last = max_offset(dims);
+  int64_t rows, lse_elems;
+  if (last < 0 || last >= INT64_MAX / 4 || __builtin_mul_overflow(m.batch, m.seqlen, &rows) ||
+      __builtin_mul_overflow(rows, m.heads, &lse_elems) || lse_elems > INT64_MAX / 4) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_merge_config: the tensors span more than 2^63 bytes");
+  }
+  if (!non_overlapping(dims)) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_merge_config: strides (%lld, %lld, %lld) make elements of o overlap",
+                static_cast<long long>(m.o.batch), static_cast<long long>(m.o.seq),
+                static_cast<long long>(m.o.head));
+  }
+  m.o_extent = last + 1;
+  *out = m;
   return FA_STATUS_SUCCESS;
 }
 

@@ -11,6 +11,22 @@ namespace fa {
 // status, sets the detail message naming the offending field and value, and leaves `out` untouched.
 fa_status to_problem(fa_config const* config, Problem* out);
 
+// Elements each tensor spans from its base pointer (largest offset + 1); lse is float32.
+struct Extents {
+  int64_t q, k, v, o, lse;
+};
+// `p` has passed to_problem, which checked that these fit int64.
+Extents extents(Problem const& p);
+
+// A checked fa_merge_config: strides resolved, o's extent (elements) computed.
+struct MergeShape {
+  DType dtype;
+  int64_t batch, seqlen, heads, head_dim;
+  TensorStrides o;
+  int64_t o_extent;
+};
+fa_status to_merge_shape(fa_merge_config const* config, MergeShape* out);
+
 // Reads a caller's fa_kernel_config (struct_size checked; the config itself is not validated).
 fa_status to_kernel_config(fa_kernel_config const* in, KernelConfig* out);
 

@@ -39,8 +39,12 @@ struct fa_plan_s {
   fa_context_s* ctx = nullptr;
   fa::Problem problem{};
   fa::cuda::KernelEntry const* kernel = nullptr;  // null on a CPU context
+  fa::cuda::Schedule schedule{};
   fa::cuda::ForwardParams params{};
-  dim3 grid;
+  // When the split count was chosen automatically, the unsplit launch a run without a large
+  // enough workspace falls back to (as 0.2's plans, which never needed one).
+  fa::cuda::Schedule unsplit{};
+  fa::cuda::ForwardParams unsplit_params{};
 };
 
 namespace fa {
@@ -53,9 +57,10 @@ fa_status check_context(fa_context_s const* ctx);
 fa_status build_plan(fa_context_s* ctx, fa_config const* config, KernelConfig const* pinned,
                      fa_plan_s* plan);
 
-// Runs a built plan (CPU or GPU).
+// Runs a built plan (CPU or GPU). `args` may be NULL. A plan whose split count was chosen
+// automatically runs unsplit when the run brings no workspace large enough for the split.
 fa_status run_plan(fa_plan_s const& plan, void const* q, void const* k, void const* v, void* o,
-                   float* lse, fa_stream_t stream);
+                   float* lse, fa_run_args const* args, fa_stream_t stream);
 
 // The built-in (measured-table) choice for `p`, cached per shape; ignores tuning results.
 fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out);

@@ -1,9 +1,10 @@
 // Tuning results: fa_autotune() (time the candidates on the caller's problem), and the versioned
 // tuning file (fa_context_save_tuning / fa_context_load_tuning).
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "api/config.hpp"
 #include "api/context.hpp"
 #include "api/status.hpp"
+#include "api/tuning.hpp"
 #include "core/kernel_config.hpp"
 #include "cuda/device.hpp"
 #include "cuda/heuristic.hpp"
@@ -38,6 +40,109 @@ fa_status require_gpu(fa_context_s const* ctx, char const* what) {
 }
 
 }  // namespace
+
+fa_status parse_tuning(std::string_view text, char const* source, int arch,
+                       KernelLookup const& lookup, TunedKernels* out) {
+  std::istringstream in{std::string(text)};
+  std::string line;
+  std::string magic;
+  int version = 0;
+  if (!std::getline(in, line) || !(std::istringstream(line) >> magic >> version) ||
+      magic != kMagic) {
+    return fail(FA_STATUS_PARSE_ERROR, "'%s' is not a libflashattn tuning file", source);
+  }
+  if (version != kFormatVersion) {
+    return fail(FA_STATUS_PARSE_ERROR,
+                "'%s' is a version %d tuning file; this library reads version %d", source, version,
+                kFormatVersion);
+  }
+
+  TunedKernels loaded;
+  int ignored = 0, line_number = 1;
+  int file_arch = -1;
+  std::string first_reason;
+  auto skip = [&](std::string const& why) {
+    if (ignored++ == 0) first_reason = "line " + std::to_string(line_number) + ": " + why;
+  };
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line.empty() || line[0] == '#') continue;
+    if (line.rfind("arch ", 0) == 0) {
+      // strtol, not atoi: a number beyond int is undefined for atoi; here it is an unknown arch
+      // (-1), whose entries are skipped.
+      long value = std::strtol(line.c_str() + 5, nullptr, 10);
+      file_arch = value >= INT_MIN && value <= INT_MAX ? static_cast<int>(value) : -1;
+      continue;
+    }
+    size_t bar = line.find(" | ");
+    std::istringstream fields(line.substr(0, bar));
+    std::string dtype;
+    int64_t head_dim = 0, causal = -1, seqlen_q = 0, seqlen_k = 0;
+    if (bar == std::string::npos ||
+        !(fields >> dtype >> head_dim >> causal >> seqlen_q >> seqlen_k) ||
+        (dtype != "FP16" && dtype != "BF16") || (causal != 0 && causal != 1) || head_dim < 1 ||
+        seqlen_q < 1 || seqlen_k < 1) {
+      skip("malformed entry \"" + line + "\"");
+      continue;
+    }
+    if (file_arch != arch) {
+      skip("tuned on sm_" + std::to_string(file_arch) + ", this device is sm_" +
+           std::to_string(arch));
+      continue;
+    }
+    KernelConfig kernel;
+    std::string error;
+    if (!parse_short_name(line.substr(bar + 3), &kernel, &error)) {
+      skip(error);
+      continue;
+    }
+    // The shape as a one-batch, one-head problem, checked as every fa_config is: a shape whose
+    // tensors could not be addressed with int64 offsets is skipped, so the kernel lookup's grid
+    // arithmetic cannot overflow (seqlen_q = 2^63 - 1 did, found by fuzz/fuzz_tuning_file.cpp).
+    fa_config shape{};
+    shape.struct_size = sizeof shape;
+    shape.dtype = dtype == "FP16" ? FA_DTYPE_FP16 : FA_DTYPE_BF16;
+    shape.causal = static_cast<int32_t>(causal);
+    shape.batch = shape.heads_q = shape.heads_kv = 1;
+    shape.head_dim = head_dim;
+    shape.seqlen_q = seqlen_q;
+    shape.seqlen_k = seqlen_k;
+    Problem p;
+    if (to_problem(&shape, &p) != FA_STATUS_SUCCESS) {
+      skip(fa_last_error_detail());
+      continue;
+    }
+    cuda::KernelEntry const* entry = nullptr;
+    if (lookup(kernel, p, &entry) != FA_STATUS_SUCCESS) {
+      skip(fa_last_error_detail());
+      continue;
+    }
+    loaded[choice_key(p)] = entry;
+  }
+  *out = std::move(loaded);
+  if (ignored > 0) {
+    return fail(FA_STATUS_TUNING_ENTRIES_IGNORED, "%d of %zu entries in '%s' ignored; first: %s",
+                ignored, out->size() + static_cast<size_t>(ignored), source,
+                first_reason.c_str());
+  }
+  clear_detail();
+  return FA_STATUS_SUCCESS;
+}
+
+std::string format_tuning(int arch, TunedKernels const& tuned) {
+  std::ostringstream text;
+  text << kMagic << ' ' << kFormatVersion << '\n'
+       << "# written by libflashattn " << FA_VERSION_STRING << "; one line per shape:\n"
+       << "# <dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel>\n"
+       << "arch " << arch << '\n';
+  for (auto const& [key, entry] : tuned) {
+    auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k] = key;
+    text << dtype_name(static_cast<DType>(dtype)) << ' ' << head_dim << ' ' << (causal ? 1 : 0)
+         << ' ' << seqlen_q << ' ' << seqlen_k << " | " << short_name(entry->config) << '\n';
+  }
+  return text.str();
+}
+
 }  // namespace fa
 
 extern "C" {
@@ -118,22 +223,13 @@ FA_API fa_status fa_context_save_tuning(fa_context_t const* ctx, char const* pat
       return s;
     }
     if (path == nullptr) return fa::fail(FA_STATUS_INVALID_ARGUMENT, "path is NULL");
-    std::ostringstream text;
-    text << fa::kMagic << ' ' << fa::kFormatVersion << '\n'
-         << "# written by libflashattn " << FA_VERSION_STRING << "; one line per shape:\n"
-         << "# <dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel>\n"
-         << "arch " << fa::arch_of(ctx) << '\n';
+    fa::TunedKernels tuned;
     {
       std::lock_guard lock(ctx->mutex);
-      for (auto const& [key, entry] : ctx->tuned) {
-        auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k] = key;
-        text << fa::dtype_name(static_cast<fa::DType>(dtype)) << ' ' << head_dim << ' '
-             << (causal ? 1 : 0) << ' ' << seqlen_q << ' ' << seqlen_k << " | "
-             << fa::short_name(entry->config) << '\n';
-      }
+      tuned = ctx->tuned;
     }
     std::ofstream out(path, std::ios::trunc);
-    out << text.str();
+    out << fa::format_tuning(fa::arch_of(ctx), tuned);
     out.close();
     if (!out) return fa::fail(FA_STATUS_IO_ERROR, "cannot write the tuning file '%s'", path);
     return FA_STATUS_SUCCESS;
@@ -148,81 +244,20 @@ FA_API fa_status fa_context_load_tuning(fa_context_t* ctx, char const* path) {
     if (path == nullptr) return fa::fail(FA_STATUS_INVALID_ARGUMENT, "path is NULL");
     std::ifstream in(path);
     if (!in) return fa::fail(FA_STATUS_IO_ERROR, "cannot open the tuning file '%s'", path);
-    std::string line;
-    std::string magic;
-    int version = 0;
-    if (!std::getline(in, line) || !(std::istringstream(line) >> magic >> version) ||
-        magic != fa::kMagic) {
-      return fa::fail(FA_STATUS_PARSE_ERROR, "'%s' is not a libflashattn tuning file", path);
-    }
-    if (version != fa::kFormatVersion) {
-      return fa::fail(FA_STATUS_PARSE_ERROR,
-                      "'%s' is a version %d tuning file; this library reads version %d", path,
-                      version, fa::kFormatVersion);
-    }
-
-    std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> loaded;
-    int ignored = 0, line_number = 1;
-    int file_arch = -1;
-    std::string first_reason;
-    auto skip = [&](std::string const& why) {
-      if (ignored++ == 0) first_reason = "line " + std::to_string(line_number) + ": " + why;
-    };
-    while (std::getline(in, line)) {
-      ++line_number;
-      if (line.empty() || line[0] == '#') continue;
-      if (line.rfind("arch ", 0) == 0) {
-        file_arch = std::atoi(line.c_str() + 5);
-        continue;
-      }
-      size_t bar = line.find(" | ");
-      std::istringstream fields(line.substr(0, bar));
-      std::string dtype;
-      int64_t head_dim = 0, causal = -1, seqlen_q = 0, seqlen_k = 0;
-      if (bar == std::string::npos ||
-          !(fields >> dtype >> head_dim >> causal >> seqlen_q >> seqlen_k) ||
-          (dtype != "FP16" && dtype != "BF16") || (causal != 0 && causal != 1) || head_dim < 1 ||
-          seqlen_q < 1 || seqlen_k < 1) {
-        skip("malformed entry \"" + line + "\"");
-        continue;
-      }
-      if (file_arch != fa::arch_of(ctx)) {
-        skip("tuned on sm_" + std::to_string(file_arch) + ", this device is sm_" +
-             std::to_string(fa::arch_of(ctx)));
-        continue;
-      }
-      fa::KernelConfig kernel;
-      std::string error;
-      if (!fa::parse_short_name(line.substr(bar + 3), &kernel, &error)) {
-        skip(error);
-        continue;
-      }
-      fa::Problem p{};
-      p.dtype = dtype == "FP16" ? fa::DType::kFP16 : fa::DType::kBF16;
-      p.causal = causal == 1;
-      p.batch = p.heads_q = p.heads_kv = 1;
-      p.head_dim = head_dim;
-      p.seqlen_q = seqlen_q;
-      p.seqlen_k = seqlen_k;
-      fa::cuda::KernelEntry const* entry = nullptr;
-      if (fa::find_pinned(ctx, kernel, p, &entry) != FA_STATUS_SUCCESS) {
-        skip(fa_last_error_detail());
-        continue;
-      }
-      loaded[fa::choice_key(p)] = entry;
-    }
+    std::ostringstream text;
+    text << in.rdbuf();
     if (in.bad()) return fa::fail(FA_STATUS_IO_ERROR, "error reading the tuning file '%s'", path);
-    {
+    fa::TunedKernels loaded;
+    auto lookup = [&](fa::KernelConfig const& kernel, fa::Problem const& p,
+                      fa::cuda::KernelEntry const** entry) {
+      return fa::find_pinned(ctx, kernel, p, entry);
+    };
+    fa_status s = fa::parse_tuning(text.str(), path, fa::arch_of(ctx), lookup, &loaded);
+    if (s == FA_STATUS_SUCCESS || s == FA_STATUS_TUNING_ENTRIES_IGNORED) {
       std::lock_guard lock(ctx->mutex);
       for (auto const& [key, entry] : loaded) ctx->tuned[key] = entry;
     }
-    if (ignored > 0) {
-      return fa::fail(FA_STATUS_TUNING_ENTRIES_IGNORED,
-                      "%d of %zu entries in '%s' ignored; first: %s", ignored,
-                      loaded.size() + static_cast<size_t>(ignored), path, first_reason.c_str());
-    }
-    fa::clear_detail();
-    return FA_STATUS_SUCCESS;
+    return s;
   });
 }
 

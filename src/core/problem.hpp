@@ -10,6 +10,12 @@ enum class DType : int32_t { kFP16 = 1, kBF16 = 2, kFP32 = 3 };
 
 constexpr int dtype_size(DType t) { return t == DType::kFP32 ? 4 : 2; }
 
+// Values equal the public fa_layout values.
+enum class Layout : int32_t { kDense = 0, kVarlen = 1, kKvCache = 2, kPagedKv = 3 };
+
+// Values equal the public fa_alibi values.
+enum class Alibi : int32_t { kNone = 0, kPerHead = 1, kPerBatch = 2 };
+
 // Element strides of one (batch, seq, head, dim) tensor; dim is contiguous.
 struct TensorStrides {
   int64_t batch;
@@ -32,6 +38,59 @@ struct Problem {
   TensorStrides k;
   TensorStrides v;
   TensorStrides o;
+
+  Layout layout = Layout::kDense;
+  // Sliding window; a negative bound is unbounded. Causal is kept separately and caps the right
+  // bound at 0 (see visible_keys()).
+  bool window = false;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  float softcap = 0.f;  // 0 = off
+  Alibi alibi = Alibi::kNone;
+  bool sinks = false;
+  int num_splits = 0;  // 0 = automatic (GPU only)
+  int64_t total_q = 0;  // varlen
+  int64_t total_k = 0;  // varlen
+  int64_t num_pages = 0;  // paged
+  int64_t page_size = 0;  // paged
+  int64_t max_pages_per_seq = 0;  // paged
+
+  // Rows of q and o (and of the LSE per head): total_q for varlen, else batch * seqlen_q.
+  int64_t q_rows() const { return layout == Layout::kVarlen ? total_q : batch * seqlen_q; }
+  bool needs_cu_seqlens() const { return layout == Layout::kVarlen; }
+  bool needs_cache_seqlens() const {
+    return layout == Layout::kKvCache || layout == Layout::kPagedKv;
+  }
+};
+
+// The keys query row i of a sequence with sq queries and sk keys sees: [lo, hi] (empty when
+// lo > hi). Bottom-right aligned: query i sits at key position i + sk - sq.
+struct KeyRange {
+  int64_t lo;
+  int64_t hi;
+};
+inline KeyRange visible_keys(Problem const& p, int64_t i, int64_t sq, int64_t sk) {
+  int64_t const diag = i + sk - sq;
+  KeyRange r{0, sk - 1};
+  if (p.causal && diag < r.hi) r.hi = diag;
+  if (p.window && p.window_right >= 0 && diag + p.window_right < r.hi) r.hi = diag + p.window_right;
+  if (p.window && p.window_left >= 0 && diag - p.window_left > r.lo) r.lo = diag - p.window_left;
+  return r;
+}
+
+}  // namespace fa
+
+namespace fa {
+
+// The run-time (non-tensor) arguments of one run: read by the kernels when they run, never
+// stored in a plan. Null when the problem does not use them.
+struct RunPointers {
+  int32_t const* cu_seqlens_q = nullptr;   // varlen: batch + 1
+  int32_t const* cu_seqlens_k = nullptr;   // varlen: batch + 1
+  int32_t const* cache_seqlens = nullptr;  // kv cache, paged: batch
+  int32_t const* block_table = nullptr;    // paged: batch x max_pages_per_seq
+  float const* alibi_slopes = nullptr;     // heads_q, or batch x heads_q
+  float const* sinks = nullptr;            // heads_q
 };
 
 }  // namespace fa

@@ -2,10 +2,13 @@
 // walks the visible key tiles with an online softmax, so no seqlen_q x seqlen_k matrix is stored.
 #include "cpu/cpu_attention.hpp"
 
+#include "api/status.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -162,11 +165,66 @@ struct Tensors {
   const void* v;
   void* o;
   float* lse;
+  RunPointers run;
 };
 
 int64_t offset(const TensorStrides& st, int64_t b, int64_t s, int64_t h) {
   return b * st.batch + s * st.seq + h * st.head;
 }
+
+// Where one sequence's rows live, whatever the layout: its lengths, and the element offsets of
+// its query/output rows and of its key/value rows (a paged cache looks each row's page up).
+struct Sequence {
+  const Problem& p;
+  const Tensors& t;
+  int64_t b;
+  int64_t sq;       // query rows
+  int64_t sk;       // visible key rows
+  int64_t q_first;  // varlen: first row in the packed q/o; else 0
+  int64_t k_first;  // varlen: first row in the packed k/v; else 0
+
+  Sequence(const Problem& problem, const Tensors& tensors, int64_t batch)
+      : p(problem), t(tensors), b(batch), sq(p.seqlen_q), sk(p.seqlen_k), q_first(0), k_first(0) {
+    const RunPointers& r = t.run;
+    if (p.layout == Layout::kVarlen) {
+      q_first = r.cu_seqlens_q[b];
+      k_first = r.cu_seqlens_k[b];
+      sq = r.cu_seqlens_q[b + 1] - q_first;
+      sk = r.cu_seqlens_k[b + 1] - k_first;
+    } else if (p.needs_cache_seqlens()) {
+      sk = r.cache_seqlens[b];
+    }
+  }
+  int64_t q_offset(const TensorStrides& st, int64_t i, int64_t h) const {
+    return p.layout == Layout::kVarlen ? (q_first + i) * st.seq + h * st.head : offset(st, b, i, h);
+  }
+  int64_t k_offset(const TensorStrides& st, int64_t j, int64_t g) const {
+    switch (p.layout) {
+      case Layout::kVarlen:
+        return (k_first + j) * st.seq + g * st.head;
+      case Layout::kPagedKv: {
+        const int64_t page = t.run.block_table[b * p.max_pages_per_seq + j / p.page_size];
+        return offset(st, page, j % p.page_size, g);
+      }
+      default:
+        return offset(st, b, j, g);
+    }
+  }
+  int64_t lse_offset(int64_t h, int64_t i) const {
+    return p.layout == Layout::kVarlen ? h * p.total_q + q_first + i
+                                       : (b * p.heads_q + h) * p.seqlen_q + i;
+  }
+  float alibi_slope(int64_t h) const {
+    switch (p.alibi) {
+      case Alibi::kPerHead:
+        return t.run.alibi_slopes[h];
+      case Alibi::kPerBatch:
+        return t.run.alibi_slopes[b * p.heads_q + h];
+      default:
+        return 0.0f;
+    }
+  }
+};
 
 // Scores of rows [i, i + R) against the whole key tile (columns past the tile's keys hold stale
 // keys; nothing reads their scores). The accumulators are a local array, so the compiler knows they
@@ -257,18 +315,24 @@ void softmax_row(Workspace& w, int64_t i, int64_t n_keys) {
 template <class E>
 void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t i0, Workspace& w) {
   using S = typename E::Storage;
+  const Sequence seq(p, t, b);
+  if (i0 >= seq.sq) {
+    return;  // a varlen sequence shorter than the longest: this tile has no rows
+  }
   const int64_t d = p.head_dim;
   const int64_t dp = w.dp;
-  const int64_t nq = std::min(kBlockQ, p.seqlen_q - i0);
+  const int64_t nq = std::min(kBlockQ, seq.sq - i0);
   const int64_t g = h / (p.heads_q / p.heads_kv);
-  // Query row i sees keys j <= i + diag (bottom-right aligned causal mask).
-  const int64_t diag = p.seqlen_k - p.seqlen_q;
-  // Keys past the last row's limit are masked for every row of the tile: never loaded.
-  const int64_t j_end = p.causal ? std::clamp(i0 + nq + diag, int64_t{0}, p.seqlen_k) : p.seqlen_k;
+  // The visible ranges move right with the row, so the tile's keys are those from the first
+  // row's lower bound to the last row's upper bound: nothing outside is loaded.
+  const int64_t j_begin = std::max<int64_t>(0, visible_keys(p, i0, seq.sq, seq.sk).lo);
+  const int64_t j_end = std::min(seq.sk, visible_keys(p, i0 + nq - 1, seq.sq, seq.sk).hi + 1);
+  const float slope = seq.alibi_slope(h);
+  const int64_t diag = seq.sk - seq.sq;
 
   const auto* q = static_cast<const S*>(t.q);
   for (int64_t i = 0; i < nq; ++i) {
-    const S* src = q + offset(p.q, b, i0 + i, h);
+    const S* src = q + seq.q_offset(p.q, i0 + i, h);
     float* dst = w.q.data() + i * dp;
     for (int64_t c = 0; c < d; ++c) {
       dst[c] = E::load(src[c]);
@@ -280,11 +344,11 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
 
   const auto* k = static_cast<const S*>(t.k);
   const auto* v = static_cast<const S*>(t.v);
-  for (int64_t j0 = 0; j0 < j_end; j0 += kBlockK) {
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBlockK) {
     const int64_t nk = std::min(kBlockK, j_end - j0);
     for (int64_t j = 0; j < nk; ++j) {
-      const S* ks = k + offset(p.k, b, j0 + j, g);
-      const S* vs = v + offset(p.v, b, j0 + j, g);
+      const S* ks = k + seq.k_offset(p.k, j0 + j, g);
+      const S* vs = v + seq.k_offset(p.v, j0 + j, g);
       float* vd = w.v.data() + j * dp;
       for (int64_t c = 0; c < d; ++c) {
         w.kt[static_cast<size_t>(c * kBlockK + j)] = E::load(ks[c]);
@@ -301,10 +365,21 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
     }
 
     for (i = 0; i < nq; ++i) {
-      const int64_t visible =
-          p.causal ? std::clamp(i0 + i + diag + 1 - j0, int64_t{0}, nk) : nk;
+      const KeyRange r = visible_keys(p, i0 + i, seq.sq, seq.sk);
       float* sr = w.s.data() + i * kBlockK;
-      std::fill(sr + visible, sr + nk, kNegInf);
+      for (int64_t j = 0; j < nk; ++j) {
+        const int64_t key = j0 + j;
+        if (key < r.lo || key > r.hi) {
+          sr[j] = kNegInf;
+          continue;
+        }
+        if (p.softcap > 0.0f) {
+          sr[j] = p.softcap * std::tanh(sr[j] / p.softcap);
+        }
+        if (p.alibi != Alibi::kNone) {
+          sr[j] -= slope * static_cast<float>(std::llabs(i0 + i + diag - key));
+        }
+      }
       softmax_row(w, i, nk);
     }
 
@@ -317,17 +392,28 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
   }
 
   auto* o = static_cast<S*>(t.o);
-  float* lse = t.lse == nullptr ? nullptr : t.lse + (b * p.heads_q + h) * p.seqlen_q + i0;
+  const float sink = p.sinks ? t.run.sinks[h] : kNegInf;
   for (int64_t i = 0; i < nq; ++i) {
-    const float l = w.l[static_cast<size_t>(i)];
-    const float* ar = w.acc.data() + i * dp;
-    S* dst = o + offset(p.o, b, i0 + i, h);
-    // l == 0 only when the row saw no key (every visible key adds exp(0) = 1 at its maximum).
-    for (int64_t c = 0; c < d; ++c) {
-      dst[c] = E::store(l == 0.0f ? 0.0f : ar[c] / l);
+    float l = w.l[static_cast<size_t>(i)];
+    float m = w.m[static_cast<size_t>(i)];
+    float out_scale = 1.0f;
+    if (p.sinks) {
+      // The sink joins the denominator: l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
+      const float top = std::max(m, sink);
+      out_scale = m == kNegInf ? 0.0f : std::exp(m - top);
+      l = l * out_scale + std::exp(sink - top);
+      m = top;
     }
-    if (lse != nullptr) {
-      lse[i] = l == 0.0f ? kNegInf : w.m[static_cast<size_t>(i)] + std::log(l);
+    const float* ar = w.acc.data() + i * dp;
+    S* dst = o + seq.q_offset(p.o, i0 + i, h);
+    // l == 0 only when the row saw no key (every visible key adds exp(0) = 1 at its maximum)
+    // and has no sink.
+    const float inv = l == 0.0f ? 0.0f : out_scale / l;
+    for (int64_t c = 0; c < d; ++c) {
+      dst[c] = E::store(ar[c] * inv);
+    }
+    if (t.lse != nullptr) {
+      t.lse[seq.lse_offset(h, i0 + i)] = l == 0.0f ? kNegInf : m + std::log(l);
     }
   }
 }
@@ -380,8 +466,8 @@ void run(const Problem& p, const Tensors& t, int n_threads) {
 }  // namespace
 
 void forward(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-             int n_threads) {
-  const Tensors t{q, k, v, o, lse};
+             const RunPointers& run_pointers, int n_threads) {
+  const Tensors t{q, k, v, o, lse, run_pointers};
   switch (p.dtype) {
     case DType::kFP16:
       run<Fp16>(p, t, n_threads);
@@ -391,6 +477,119 @@ void forward(const Problem& p, const void* q, const void* k, const void* v, void
       break;
     case DType::kFP32:
       run<Fp32>(p, t, n_threads);
+      break;
+  }
+}
+
+fa_status check_run_pointers(const Problem& p, const RunPointers& run) {
+  const bool paged = p.layout == Layout::kPagedKv;
+  if (p.needs_cu_seqlens()) {
+    struct Offsets {
+      const char* name;
+      const int32_t* cu;
+      int64_t total;
+      int64_t max_len;
+      const char* max_name;
+    };
+    for (Offsets o : {Offsets{"cu_seqlens_q", run.cu_seqlens_q, p.total_q, p.seqlen_q, "seqlen_q"},
+                      Offsets{"cu_seqlens_k", run.cu_seqlens_k, p.total_k, p.seqlen_k, "seqlen_k"}}) {
+      if (o.cu[0] != 0) {
+        return fail(FA_STATUS_INVALID_ARGUMENT, "%s[0] = %d must be 0", o.name, o.cu[0]);
+      }
+      for (int64_t b = 0; b < p.batch; ++b) {
+        const int64_t len = int64_t{o.cu[b + 1]} - o.cu[b];
+        if (len < 0 || len > o.max_len) {
+          return fail(FA_STATUS_INVALID_ARGUMENT,
+                      "%s[%lld] = %d and [%lld] = %d give a sequence of length %lld outside "
+                      "[0, %s = %lld]",
+                      o.name, static_cast<long long>(b), o.cu[b], static_cast<long long>(b + 1),
+                      o.cu[b + 1], static_cast<long long>(len), o.max_name,
+                      static_cast<long long>(o.max_len));
+        }
+      }
+      if (o.cu[p.batch] != o.total) {
+        return fail(FA_STATUS_INVALID_ARGUMENT, "%s[%lld] = %d must equal the total rows %lld",
+                    o.name, static_cast<long long>(p.batch), o.cu[p.batch],
+                    static_cast<long long>(o.total));
+      }
+    }
+  }
+  if (p.needs_cache_seqlens()) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int32_t len = run.cache_seqlens[b];
+      if (len < 0 || len > p.seqlen_k) {
+        return fail(FA_STATUS_INVALID_ARGUMENT,
+                    "cache_seqlens[%lld] = %d is outside [0, seqlen_k = %lld]",
+                    static_cast<long long>(b), len, static_cast<long long>(p.seqlen_k));
+      }
+      if (!paged) continue;
+      // Only the pages holding visible rows are read; the rest of a row may be padding.
+      // Rounded up without len + page_size - 1, which overflows for a page_size near INT64_MAX.
+      const int64_t pages = len / p.page_size + (len % p.page_size != 0 ? 1 : 0);
+      for (int64_t i = 0; i < pages; ++i) {
+        const int32_t page = run.block_table[b * p.max_pages_per_seq + i];
+        if (page < 0 || page >= p.num_pages) {
+          return fail(FA_STATUS_INVALID_ARGUMENT,
+                      "block_table[%lld][%lld] = %d is outside [0, num_pages = %lld)",
+                      static_cast<long long>(b), static_cast<long long>(i), page,
+                      static_cast<long long>(p.num_pages));
+        }
+      }
+    }
+  }
+  return FA_STATUS_SUCCESS;
+}
+
+namespace {
+
+template <class E>
+void merge(int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim, const TensorStrides& st,
+           const void* o_a, const float* lse_a, const void* o_b, const float* lse_b, void* o,
+           float* lse) {
+  using S = typename E::Storage;
+  std::vector<float> row(static_cast<size_t>(head_dim));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < seqlen; ++i) {
+        const int64_t li = (b * heads + h) * seqlen + i;
+        const int64_t oi = offset(st, b, i, h);
+        const float la = lse_a[li], lb = lse_b[li];
+        const float top = std::max(la, lb);
+        // Both sides empty (-inf): the union is empty too.
+        const float wa = top == kNegInf ? 0.0f : std::exp(la - top);
+        const float wb = top == kNegInf ? 0.0f : std::exp(lb - top);
+        const float sum = wa + wb;
+        const S* a = static_cast<const S*>(o_a) + oi;
+        const S* bb = static_cast<const S*>(o_b) + oi;
+        // Read both rows before writing: o may be o_a or o_b.
+        for (int64_t c = 0; c < head_dim; ++c) {
+          row[static_cast<size_t>(c)] =
+              sum == 0.0f ? 0.0f : (wa * E::load(a[c]) + wb * E::load(bb[c])) / sum;
+        }
+        S* out = static_cast<S*>(o) + oi;
+        for (int64_t c = 0; c < head_dim; ++c) {
+          out[c] = E::store(row[static_cast<size_t>(c)]);
+        }
+        lse[li] = sum == 0.0f ? kNegInf : top + std::log(sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void merge_states(DType dtype, int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim,
+                  const TensorStrides& o_strides, const void* o_a, const float* lse_a,
+                  const void* o_b, const float* lse_b, void* o, float* lse) {
+  switch (dtype) {
+    case DType::kFP16:
+      merge<Fp16>(batch, seqlen, heads, head_dim, o_strides, o_a, lse_a, o_b, lse_b, o, lse);
+      break;
+    case DType::kBF16:
+      merge<Bf16>(batch, seqlen, heads, head_dim, o_strides, o_a, lse_a, o_b, lse_b, o, lse);
+      break;
+    case DType::kFP32:
+      merge<Fp32>(batch, seqlen, heads, head_dim, o_strides, o_a, lse_a, o_b, lse_b, o, lse);
       break;
   }
 }

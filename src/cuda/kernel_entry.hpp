@@ -16,8 +16,13 @@ struct KernelEntry {
   cudaError_t (*prepare)();
   // Reads the kernel's attributes on the current device; fails when no compiled image runs there.
   cudaError_t (*attributes)(cudaFuncAttributes* out);
-  // Launches grid (ceil(seqlen_q / B_r) * heads_q * batch) on `stream`; returns the launch error.
-  cudaError_t (*launch)(ForwardParams const& params, dim3 grid, cudaStream_t stream);
+  // Resident blocks per SM on the current device (for the split-KV heuristic).
+  cudaError_t (*occupancy)(int* blocks_per_sm);
+  // Launches `grid` blocks (see ForwardParams for their order) on `stream`; returns the launch
+  // error. `general` selects the instantiation with every feature (layouts, biases, sinks,
+  // GQA packing, splits, paged caches); the other runs dense, varlen and contiguous-cache
+  // problems with causal and window masks only.
+  cudaError_t (*launch)(ForwardParams const& params, dim3 grid, bool general, cudaStream_t stream);
 };
 
 using Registry = std::map<KernelConfig, KernelEntry>;

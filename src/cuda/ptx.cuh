@@ -22,6 +22,20 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem, void const* gme
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(valid ? 16 : 0));
 }
+// Programmatic dependent launch (sm_90): allow_dependent_grids() lets a grid launched after this
+// one with the programmatic attribute start early; wait_for_prior_grids() waits until the grids
+// it depends on have finished and their writes are visible. No-ops on older archs, where the
+// launch attribute that allows the early start is not set.
+__device__ __forceinline__ void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -1,19 +1,60 @@
 """FlashAttention forward through libflashattn.
 
-Shapes (all functions):
+The package is a thin ctypes layer over the C library ``libflashattn.so``: every check of an
+attention problem and all of its computation are the library's.
+
+Arrays
+------
+numpy arrays run on the CPU backend (float32, float16, and bfloat16 through ``ml_dtypes``).
+CUDA arrays run on their GPU (float16, bfloat16): PyTorch tensors, and anything with
+``__dlpack__`` or ``__cuda_array_interface__`` (CuPy, JAX, Numba, ...). No array library is
+imported by this package.
+
+Shapes, in the default ``layout="bshd"``::
+
     q    (batch, seqlen_q, heads_q, head_dim)
     k, v (batch, seqlen_k, heads_kv, head_dim), heads_q a multiple of heads_kv (GQA/MQA)
     out  (batch, seqlen_q, heads_q, head_dim), the dtype of q
     lse  (batch, heads_q, seqlen_q), float32, natural log
 
-The last dimension of every tensor must be contiguous; the other strides are free (views work).
-numpy arrays run on the CPU backend (float32, float16, bfloat16 via ml_dtypes); CUDA arrays
-(PyTorch, CuPy, JAX, ... through __dlpack__ or __cuda_array_interface__) on their GPU (float16,
-bfloat16). Errors raise a subclass of FlashAttnError per library status (see flashattn.errors).
+``layout="bhsd"`` swaps the seq and heads dimensions of q, k, v and out (PyTorch's
+``scaled_dot_product_attention`` order); lse keeps its shape. The last dimension of every array
+must be contiguous; the other strides are free, so views need no copy.
+
+Functions
+---------
+forward          attention forward (masks, soft-capping, ALiBi, sinks); returns out, or (out, lse)
+forward_varlen   the same over variable-length sequences packed along one token dimension
+forward_kvcache  new query rows against a contiguous or paged KV cache (decode, split-KV)
+merge_states     combine two partial results over disjoint key sets
+autotune       time the GPU kernels for a problem and keep the fastest
+kernels        names of the GPU kernels compiled into the library
+save_tuning    write tuning results to a file
+load_tuning    read them back
+version        the loaded library's version
+
+Errors
+------
+A failing library call raises the subclass of FlashAttnError for its status (see
+flashattn.errors), with the library's message naming the offending value. Arguments that cannot
+be mapped onto the library's problem description raise ValueError or TypeError.
+
+Examples
+--------
+>>> import numpy as np, flashattn
+>>> q = np.random.randn(2, 128, 8, 64).astype(np.float32)
+>>> k = np.random.randn(2, 256, 2, 64).astype(np.float32)
+>>> v = np.random.randn(2, 256, 2, 64).astype(np.float32)
+>>> out, lse = flashattn.forward(q, k, v, causal=True, return_lse=True)
+>>> out.shape, lse.shape
+((2, 128, 8, 64), (2, 8, 128))
 """
+import collections
 import ctypes
+import functools
 import os
 import threading
+from typing import Any, List, Literal, Optional, Tuple, Union
 
 from . import _ffi, _tensors
 from .errors import (ArchMismatchError, BadStructSizeError, CudaError, FlashAttnError,
@@ -22,8 +63,13 @@ from .errors import (ArchMismatchError, BadStructSizeError, CudaError, FlashAttn
                      OutOfMemoryError, TuningEntriesIgnoredWarning, TuningFileError,
                      UnsupportedError, WorkspaceTooSmallError, WrongContextError, check)
 
+# The package's version: the version of the library it is written against (a test checks that
+# the loaded library reports the same).
+__version__ = "0.3.0"
+
 __all__ = [
-    "Context", "forward", "autotune", "kernels", "save_tuning", "load_tuning", "version",
+    "Context", "forward", "forward_varlen", "forward_kvcache", "merge_states", "autotune",
+    "kernels", "save_tuning", "load_tuning", "version",
     "FlashAttnError", "InvalidArgumentError", "BadStructSizeError", "UnsupportedError",
     "InvalidKernelConfigError", "KernelNotAvailableError", "ParseError",
     "NoDeviceError", "ArchMismatchError", "CudaError", "OutOfMemoryError",
@@ -31,9 +77,18 @@ __all__ = [
     "TuningEntriesIgnoredWarning",
 ]
 
+# layout -> (axis of seq, axis of heads) in q, k, v and out, and the dimension names.
+_LAYOUTS = {"bshd": (1, 2, "(batch, seq, heads, head_dim)"),
+            "bhsd": (2, 1, "(batch, heads, seq, head_dim)")}
 
-def version():
-    """The loaded library's version string, e.g. "0.2.0"."""
+# Distinct problems whose plans a context keeps (least recently used dropped first): more than
+# the shapes of a model's layers and decode steps, few enough that a sweep over thousands of
+# shapes holds a bounded number of plans.
+_PLANS_PER_CONTEXT = 256
+
+
+def version() -> str:
+    """The loaded library's version string, e.g. ``"0.3.0"`` (``fa_version_string``)."""
     return _ffi.lib().fa_version_string().decode()
 
 
@@ -52,9 +107,15 @@ def _kernel_name(kc):
     return buf.value.decode()
 
 
-def kernels():
-    """Short names of every GPU kernel compiled into the library, in registry order, e.g.
-    "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles"."""
+def kernels() -> List[str]:
+    """Short names of every GPU kernel compiled into the library, in registry order.
+
+    Returns
+    -------
+    list of str
+        Names such as ``"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles"``; any
+        of them can be passed as ``forward(..., kernel=name)``.
+    """
     lib = _ffi.lib()
     names = []
     for i in range(lib.fa_kernel_count()):
@@ -65,38 +126,90 @@ def kernels():
     return names
 
 
-class Context:
-    """A libflashattn context on one CUDA device (ordinal >= 0) or the CPU (device=None).
-    Safe to share between threads; the module functions keep one per device."""
+class _Owner:
+    """Owns one fa_context_t*. Contexts and their cached plans hold it, so the context is
+    destroyed after the last plan made from it, as the header requires."""
 
-    def __init__(self, device=None):
+    __slots__ = ("handle", "run", "run_ex", "_destroy")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.run = _ffi.raw("fa_plan_run")
+        self.run_ex = _ffi.raw("fa_plan_run_ex")
+        self._destroy = _ffi.lib().fa_context_destroy
+
+    def __del__(self):
+        self._destroy(self.handle)
+
+
+class _Plan:
+    """Owns one fa_plan_t*; a call that runs it holds a reference, so dropping it from a cache
+    never frees a plan in use. `workspace` is the bytes of device scratch a run needs for its
+    split-KV partials (fa_plan_workspace_size)."""
+
+    __slots__ = ("handle", "owner", "workspace", "_destroy")
+
+    def __init__(self, handle, owner):
+        self.handle = handle
+        self.owner = owner
+        size = ctypes.c_size_t()
+        check(_ffi.lib().fa_plan_workspace_size(handle, ctypes.byref(size)))
+        self.workspace = size.value
+        self._destroy = _ffi.lib().fa_plan_destroy
+
+    def __del__(self):
+        self._destroy(self.handle)
+
+
+class Context:
+    """A libflashattn context: one CUDA device, or the CPU.
+
+    The module functions keep one per device; make your own to keep tuning results apart. Safe to
+    share between threads.
+
+    Parameters
+    ----------
+    device : int or None
+        A CUDA device ordinal, or None for the CPU backend.
+
+    Notes
+    -----
+    A context keeps a plan (``fa_plan_create``) per problem that forward() has run on it, up to
+    256, so a repeated call skips validation and kernel selection and only launches.
+    """
+
+    def __init__(self, device: Optional[int] = None) -> None:
         lib = _ffi.lib()
         handle = _ffi.fa_context_p()
         check(lib.fa_context_create(_ffi.FA_DEVICE_CPU if device is None else int(device),
                                     ctypes.byref(handle)))
-        self._handle = handle
         self.device = device
-
-    def __del__(self):
-        handle = getattr(self, "_handle", None)
-        if handle:
-            _ffi.lib().fa_context_destroy(handle)
-            self._handle = None
+        self._owner = _Owner(handle.value)
+        self._handle = handle.value
+        # Keyed by _Key; a partial of the owner rather than a bound method, so the cache holds no
+        # reference back to this object.
+        self._plans = functools.lru_cache(maxsize=_PLANS_PER_CONTEXT)(
+            functools.partial(_make_plan, self._owner))
 
     @property
-    def tuned_count(self):
+    def tuned_count(self) -> int:
         """Number of shapes with a tuned kernel in this context."""
         n = ctypes.c_size_t()
         check(_ffi.lib().fa_context_tuned_count(self._handle, ctypes.byref(n)))
         return n.value
 
-    def save_tuning(self, path):
+    def save_tuning(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes this context's tuning results to `path` (a versioned text file)."""
         check(_ffi.lib().fa_context_save_tuning(self._handle, os.fsencode(path)))
 
-    def load_tuning(self, path):
+    def load_tuning(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Loads a tuning file; entries that no longer fit warn with TuningEntriesIgnoredWarning."""
-        check(_ffi.lib().fa_context_load_tuning(self._handle, os.fsencode(path)))
+        try:
+            check(_ffi.lib().fa_context_load_tuning(self._handle, os.fsencode(path)))
+        finally:
+            # Plans are bound to the kernel chosen when they were made; loaded entries may
+            # choose another.
+            self._plans.cache_clear()
 
 
 _contexts = {}
@@ -104,128 +217,593 @@ _contexts_lock = threading.Lock()
 
 
 def _context(device):
+    ctx = _contexts.get(device)
+    if ctx is not None:
+        return ctx
     with _contexts_lock:
         if device not in _contexts:
             _contexts[device] = Context(None if device == _ffi.FA_DEVICE_CPU else device)
         return _contexts[device]
 
 
-def _problem(q, k, v, o, causal, softmax_scale):
-    """fa_config for described tensors. Only the mapping of shapes onto the config is checked
-    here; the library validates the problem itself."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", o)):
-        if len(t.shape) != 4:
-            raise ValueError(f"{name} must have 4 dimensions (batch, seq, heads, head_dim), "
-                             f"got shape {t.shape}")
-        # The C API reads three zero strides as "packed"; a tensor broadcast along all three
-        # dimensions must be materialised first.
-        if t.strides[:3] == (0, 0, 0) and t.shape[:3] != (1, 1, 1):
-            raise ValueError(f"{name} is broadcast along batch, seq and heads (strides 0, 0, 0); "
-                             "make it contiguous first")
-        if t.strides[3] != 1 and t.shape[3] > 1:
-            raise ValueError(f"{name}: the last dimension must be contiguous (stride "
-                             f"{t.strides[3]})")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v shapes differ: {k.shape} vs {v.shape}")
-    if o.shape != q.shape:
-        raise ValueError(f"out has shape {o.shape}, expected q's {q.shape}")
-    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k/v shape {k.shape} does not match q's batch and head_dim {q.shape}")
-    for name, t in (("k", k), ("v", v), ("out", o)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has another dtype than q")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on device {t.device}, q on {q.device}")
-    cfg = _ffi.fa_config()
-    check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
-    cfg.dtype = q.dtype
-    cfg.causal = 1 if causal else 0
-    cfg.batch, cfg.seqlen_q, cfg.heads_q, cfg.head_dim = q.shape
-    cfg.seqlen_k, cfg.heads_kv = k.shape[1], k.shape[2]
-    cfg.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    for prefix, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        setattr(cfg, f"{prefix}_batch_stride", t.strides[0])
-        setattr(cfg, f"{prefix}_seq_stride", t.strides[1])
-        setattr(cfg, f"{prefix}_head_stride", t.strides[2])
+# Everything the problem of a call depends on; q, k, v and o are (shape, strides, fa_dtype,
+# device) in the caller's layout. Pointers are not part of it: the library checks them per run.
+_Key = collections.namedtuple("_Key", "layout causal softmax_scale kernel q k v o features")
+
+# The inference features of a call (fa_config's 0.3 fields): mode is "dense", "varlen", "kvcache"
+# or "paged"; window (left, right) with -1 for an unbounded side, (-1, -1) for none; alibi is
+# fa_alibi (0 none, 1 per head, 2 per batch and head); extra is the mode's sizes: varlen
+# (batch, max_seqlen_q, max_seqlen_k), paged (max_pages_per_seq,).
+_Features = collections.namedtuple("_Features", "mode window softcap alibi sinks num_splits extra")
+_DENSE = _Features("dense", (-1, -1), 0.0, 0, False, 0, ())
+
+
+def _config(key):
+    """The fa_config for `key`: the one place where the functions' arguments become a config."""
+    f = key.features
+    if f.mode == "dense":
+        cfg = _dense_config(key)
+    else:
+        cfg = _cache_or_varlen_config(key)
+    if cfg is None:
+        return None
+    left, right = f.window
+    if (left, right) != (-1, -1):
+        cfg.window, cfg.window_left, cfg.window_right = 1, left, right
+    cfg.softcap = f.softcap
+    cfg.alibi = f.alibi
+    cfg.sinks = 1 if f.sinks else 0
+    cfg.num_splits = f.num_splits
     return cfg
 
 
-def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale):
-    """Describes the inputs, allocates missing outputs, resolves the stream."""
+def _check_last_contiguous(named):
+    for name, (shape, strides, _, _) in named:
+        if strides[-1] != 1 and shape[-1] > 1:
+            raise ValueError(f"{name}: the last dimension must be contiguous (stride "
+                             f"{strides[-1]})")
+
+
+def _cache_or_varlen_config(key):
+    """fa_config for forward_varlen() (q (total_q, heads_q, d), k/v (total_k, heads_kv, d)) and
+    forward_kvcache() (q (batch, seqlen_q, heads_q, d), a cache (batch, capacity, heads_kv, d) or
+    pages (num_pages, page_size, heads_kv, d)); None when there is no query row."""
+    f = key.features
+    named = (("q", key.q), ("k", key.k), ("v", key.v), ("out", key.o))
+    rank = 3 if f.mode == "varlen" else 4
+    for name, (shape, _, _, _) in named:
+        if len(shape) != rank:
+            raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(shape)}")
+    qs, ks, vs, os_ = (tuple(sig[0]) for _, sig in named)
+    if ks != vs:
+        raise ValueError(f"k and v shapes differ: {ks} vs {vs}")
+    if os_ != qs:
+        raise ValueError(f"out has shape {os_}, expected q's {qs}")
+    for name, (_, _, dtype, device) in named[1:]:
+        if dtype != key.q[2]:
+            raise TypeError(f"{name} has another dtype than q")
+        if device != key.q[3]:
+            raise ValueError(f"{name} is on device {device}, q on {key.q[3]}")
+    if qs[-1] != ks[-1]:
+        raise ValueError(f"q's head_dim {qs[-1]} differs from k's {ks[-1]}")
+    _check_last_contiguous(named)
+    cfg = _ffi.fa_config()
+    check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
+    cfg.dtype = key.q[2]
+    cfg.causal = 1 if key.causal else 0
+    cfg.softmax_scale = key.softmax_scale
+    cfg.head_dim = qs[-1]
+    if f.mode == "varlen":
+        batch, max_q, max_k = f.extra
+        if qs[0] == 0 or batch == 0:
+            return None
+        cfg.layout = _ffi.FA_LAYOUT_VARLEN
+        cfg.batch, cfg.seqlen_q, cfg.seqlen_k = batch, max(max_q, 1), max(max_k, 1)
+        cfg.total_q, cfg.total_k = qs[0], max(ks[0], 1)
+        cfg.heads_q, cfg.heads_kv = qs[1], ks[1]
+        for prefix, (_, strides, _, _) in zip("qkvo", (key.q, key.k, key.v, key.o)):
+            setattr(cfg, f"{prefix}_seq_stride", strides[0])
+            setattr(cfg, f"{prefix}_head_stride", strides[1])
+        return cfg
+    if qs[0] == 0 or qs[1] == 0:
+        return None
+    cfg.batch, cfg.seqlen_q, cfg.heads_q, cfg.heads_kv = qs[0], qs[1], qs[2], ks[2]
+    if f.mode == "paged":
+        (max_pages,) = f.extra
+        cfg.layout = _ffi.FA_LAYOUT_PAGED_KV
+        cfg.num_pages, cfg.page_size, cfg.max_pages_per_seq = ks[0], ks[1], max_pages
+        cfg.seqlen_k = max(max_pages * ks[1], 1)
+    else:
+        if ks[0] != qs[0]:
+            raise ValueError(f"the cache has batch {ks[0]}, q {qs[0]}")
+        cfg.layout = _ffi.FA_LAYOUT_KV_CACHE
+        cfg.seqlen_k = ks[1]
+    for prefix, (_, strides, _, _) in zip("qkvo", (key.q, key.k, key.v, key.o)):
+        setattr(cfg, f"{prefix}_batch_stride", strides[0])
+        setattr(cfg, f"{prefix}_seq_stride", strides[1])
+        setattr(cfg, f"{prefix}_head_stride", strides[2])
+    return cfg
+
+
+def _dense_config(key):
+    """The fa_config of forward()'s dense problem.
+
+    Only the mapping of the arrays onto the config is checked here; the library validates the
+    problem itself. Returns None when there is no query row (batch, seqlen_q or heads_q is 0):
+    the output is empty and there is nothing to compute."""
+    seq, heads, dims = _LAYOUTS[key.layout]
+    named = (("q", key.q), ("k", key.k), ("v", key.v), ("out", key.o))
+    for name, (shape, _, _, _) in named:
+        if len(shape) != 4:
+            raise ValueError(f"{name} must have 4 dimensions {dims}, got shape {tuple(shape)}")
+    qs, ks, vs, os_ = (tuple(sig[0]) for _, sig in named)
+    if ks != vs:
+        raise ValueError(f"k and v shapes differ: {ks} vs {vs}")
+    if os_ != qs:
+        raise ValueError(f"out has shape {os_}, expected q's {qs}")
+    if ks[0] != qs[0] or ks[3] != qs[3]:
+        raise ValueError(f"k/v shape {ks} does not match q's batch and head_dim {qs}")
+    for name, (_, _, dtype, device) in named[1:]:
+        if dtype != key.q[2]:
+            raise TypeError(f"{name} has another dtype than q")
+        if device != key.q[3]:
+            raise ValueError(f"{name} is on device {device}, q on {key.q[3]}")
+    batch, seqlen_q, heads_q, head_dim = qs[0], qs[seq], qs[heads], qs[3]
+    seqlen_k, heads_kv = ks[seq], ks[heads]
+    if batch == 0 or seqlen_q == 0 or heads_q == 0:
+        return None
+    if seqlen_k == 0:
+        raise ValueError(f"k and v have seqlen_k = 0 (shape {ks}): no key to attend to")
+    if heads_kv == 0:
+        raise ValueError(f"k and v have heads_kv = 0 (shape {ks}) for {heads_q} query heads")
+    if head_dim == 0:
+        raise ValueError(f"head_dim is 0 (q shape {qs})")
+    for name, (shape, strides, _, _) in named:
+        # The C API reads three zero strides as "packed"; a tensor broadcast along all three
+        # dimensions must be materialised first.
+        if tuple(strides[:3]) == (0, 0, 0) and tuple(shape[:3]) != (1, 1, 1):
+            raise ValueError(f"{name} is broadcast along batch, seq and heads (strides 0, 0, 0); "
+                             "make it contiguous first")
+        if strides[3] != 1 and shape[3] > 1:
+            raise ValueError(f"{name}: the last dimension must be contiguous (stride "
+                             f"{strides[3]})")
+    cfg = _ffi.fa_config()
+    check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
+    cfg.dtype = key.q[2]
+    cfg.causal = 1 if key.causal else 0
+    cfg.batch, cfg.seqlen_q, cfg.seqlen_k = batch, seqlen_q, seqlen_k
+    cfg.heads_q, cfg.heads_kv, cfg.head_dim = heads_q, heads_kv, head_dim
+    cfg.softmax_scale = key.softmax_scale
+    for prefix, (_, strides, _, _) in zip("qkvo", (key.q, key.k, key.v, key.o)):
+        setattr(cfg, f"{prefix}_batch_stride", strides[0])
+        setattr(cfg, f"{prefix}_seq_stride", strides[seq])
+        setattr(cfg, f"{prefix}_head_stride", strides[heads])
+    return cfg
+
+
+def _make_plan(owner, key):
+    """A _Plan for `key` on owner's context (the pinned kernel's when key.kernel is a name), or
+    None when there is nothing to compute. Context._plans caches it."""
+    cfg = _config(key)
+    if cfg is None:
+        return None
+    lib = _ffi.lib()
+    plan = _ffi.fa_plan_p()
+    if key.kernel is None:
+        check(lib.fa_plan_create(owner.handle, ctypes.byref(cfg), ctypes.byref(plan)))
+    else:
+        kc = _kernel_config(key.kernel)
+        check(lib.fa_plan_create_with_kernel(owner.handle, ctypes.byref(cfg), ctypes.byref(kc),
+                                             ctypes.byref(plan)))
+    return _Plan(plan.value, owner)
+
+
+def _read_only(arr):
+    return getattr(getattr(arr, "flags", None), "writeable", True) is False
+
+
+def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, layout,
+             features=_DENSE):
+    """Describes the arrays, allocates missing outputs, resolves the stream; returns the
+    described q, k, v, out and lse (None unless return_lse), the out and lse objects, the stream
+    handle and the problem's _Key."""
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout {layout!r} is neither 'bshd' nor 'bhsd'")
+    seq, heads, dims = _LAYOUTS[layout]
     handle = _tensors.stream_handle(stream)
-    if handle is None:
-        handle = _tensors.current_stream(q)
     tq = _tensors.describe(q, "q", handle)
+    if handle is None:
+        handle = tq.stream
     tk = _tensors.describe(k, "k", handle)
     tv = _tensors.describe(v, "v", handle)
-    if isinstance(out, tuple):
-        o, lse = out
-    else:
-        o, lse = out, None
+    varlen = features.mode == "varlen"
+    rank = 3 if varlen else 4
+    if len(tq.shape) != rank:
+        what = "(total_q, heads_q, head_dim)" if varlen else dims
+        raise ValueError(f"q must have {rank} dimensions {what}, got shape {tuple(tq.shape)}")
+    o, lse = out if isinstance(out, tuple) else (out, None)
     if o is None:
         o = _tensors.empty_like(tq, tq.shape)
+    elif _read_only(o):
+        raise ValueError("out is read-only")
     to = _tensors.describe(o, "out", handle)
-    for name, arr in (("out", o), ("lse", lse)):
-        if arr is not None and getattr(getattr(arr, "flags", None), "writeable", True) is False:
-            raise ValueError(f"{name} is read-only")
     tlse = None
     if return_lse:
+        expected = ((tq.shape[1], tq.shape[0]) if varlen else
+                    (tq.shape[0], tq.shape[heads], tq.shape[seq]))
         if lse is None:
-            lse = _tensors.empty_like(tq, (tq.shape[0], tq.shape[2], tq.shape[1]), float32=True)
+            lse = _tensors.empty_like(tq, expected, float32=True)
+        elif _read_only(lse):
+            raise ValueError("lse is read-only")
         tlse = _tensors.describe(lse, "lse", handle)
-        expected = (tq.shape[0], tq.shape[2], tq.shape[1])
-        if tlse.shape != expected or tlse.dtype != _ffi.FA_DTYPE_FP32 or tlse.strides != (
-                expected[1] * expected[2], expected[2], 1):
+        # An empty array's strides carry no meaning (producers differ), so only its shape counts.
+        packed = (expected[1], 1) if varlen else (expected[1] * expected[2], expected[2], 1)
+        if tuple(tlse.shape) != expected or tlse.dtype != _ffi.FA_DTYPE_FP32 or (
+                tuple(tlse.strides) != packed and 0 not in expected):
             raise ValueError(f"lse must be a contiguous float32 array of shape {expected}")
-    cfg = _problem(tq, tk, tv, to, causal, softmax_scale)
     if tq.device == _ffi.FA_DEVICE_CPU and stream is not None:
         raise ValueError("stream= applies to GPU tensors only")
-    return tq, tk, tv, to, tlse, o, lse, cfg, handle
+    key = _Key(layout, bool(causal), 0.0 if softmax_scale is None else float(softmax_scale),
+               kernel, (tq.shape, tq.strides, tq.dtype, tq.device),
+               (tk.shape, tk.strides, tk.dtype, tk.device),
+               (tv.shape, tv.strides, tv.dtype, tv.device),
+               (to.shape, to.strides, to.dtype, to.device), features)
+    return tq, tk, tv, to, tlse, o, lse, handle, key
 
 
-def forward(q, k, v, *, causal=False, softmax_scale=None, out=None, return_lse=False,
-            stream=None, kernel=None):
-    """Attention forward: returns out (and lse when return_lse).
+def _window(window):
+    left, right = (int(x) for x in window)
+    return (max(left, -1), max(right, -1))
 
-    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim).
-    causal: bottom-right aligned mask (key j visible to query i iff j <= i + seqlen_k - seqlen_q);
-        a query row with no visible key gets out = 0 and lse = -inf.
-    softmax_scale: multiplies the scores; None means 1 / sqrt(head_dim).
-    out: an output array (batch, seqlen_q, heads_q, head_dim) written in place, or (out, lse) with
-        lse (batch, heads_q, seqlen_q) float32; None allocates with q's library (numpy, PyTorch,
-        CuPy; other producers must pass out).
-    return_lse: also return the log-sum-exp of the scaled scores.
-    stream: GPU only; an int (cudaStream_t) or an object with __cuda_stream__. None runs on q's
-        library's current stream (PyTorch, CuPy), else the legacy default stream. The call
-        returns without waiting for the GPU.
-    kernel: pin a GPU kernel by its short name (see kernels()).
-    """
-    tq, tk, tv, to, tlse, o, lse, cfg, handle = _prepare(q, k, v, out, return_lse, stream, causal,
-                                                         softmax_scale)
-    ctx = _context(tq.device)
-    lib = _ffi.lib()
-    lse_ptr = ctypes.cast(tlse.ptr, ctypes.POINTER(ctypes.c_float)) if tlse else None
-    if kernel is None:
-        check(lib.fa_forward(ctx._handle, ctypes.byref(cfg), tq.ptr, tk.ptr, tv.ptr, to.ptr,
-                             lse_ptr, handle))
+
+def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_splits=0, extra=()):
+    """The _Features of a call; ALiBi's mode comes from the slopes' shape ((heads_q,) or
+    (batch, heads_q))."""
+    alibi = _ffi.FA_ALIBI_NONE
+    if alibi_slopes is not None:
+        shape = tuple(_tensors.describe_aux(alibi_slopes, "alibi_slopes", "float32")[1])
+        if shape == (heads_q,):
+            alibi = _ffi.FA_ALIBI_PER_HEAD
+        elif shape == (batch, heads_q):
+            alibi = _ffi.FA_ALIBI_PER_BATCH
+        else:
+            raise ValueError(f"alibi_slopes has shape {shape}; expected ({heads_q},) or "
+                             f"({batch}, {heads_q})")
+    if softcap is None or softcap < 0:
+        raise ValueError(f"softcap = {softcap} must be >= 0 (0: off)")
+    return _Features(mode, _window(window), float(softcap), alibi, sinks is not None,
+                     int(num_splits), tuple(extra))
+
+
+def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=()):
+    """Runs `key`'s plan on the described arrays; `aux` holds (field, array, kind) of the
+    run-time arguments (index tensors, slopes, sinks), which must live on q's device."""
+    ctx = _contexts.get(tq.device) or _context(tq.device)
+    plan = ctx._plans(key)
+    if plan is None:
+        return (o, lse) if return_lse else o
+    lse_ptr = tlse.ptr if tlse else None
+    if not aux and plan.workspace == 0:
+        status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr, None, 0,
+                                handle)
     else:
-        kc = _kernel_config(kernel)
-        plan = _ffi.fa_plan_p()
-        check(lib.fa_plan_create_with_kernel(ctx._handle, ctypes.byref(cfg), ctypes.byref(kc),
-                                             ctypes.byref(plan)))
-        try:
-            check(lib.fa_plan_run(plan, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr, None, 0, handle))
-        finally:
-            lib.fa_plan_destroy(plan)
+        args = _ffi.fa_run_args()
+        check(_ffi.lib().fa_run_args_init(ctypes.byref(args)))
+        for field, arr, kind in aux:
+            ptr, _, device = _tensors.describe_aux(arr, field, kind, handle)
+            if device != tq.device:
+                raise ValueError(f"{field} is on device {device}, q on {tq.device}")
+            setattr(args, field, ctypes.cast(ptr, type(getattr(args, field))))
+        workspace = None
+        if plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
+            # Split-KV partials, allocated by q's library on its stream-ordered allocator
+            # (PyTorch's caching allocator makes this a free-list pop).
+            workspace = _tensors.empty_like(tq, ((plan.workspace + 3) // 4,), float32=True)
+            args.workspace = _tensors.describe(workspace, "workspace", handle).ptr
+            args.workspace_size = plan.workspace
+        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr,
+                                   ctypes.addressof(args), handle)
+    if status:
+        check(status)
     return (o, lse) if return_lse else o
 
 
-def autotune(q, k, v, *, causal=False, softmax_scale=None, out=None, stream=None):
-    """Times the kernels that can run this problem on q's GPU (fa_autotune) and makes the fastest
-    the choice for its shape in this process (and in save_tuning()). Shapes as forward(); out is
-    overwritten. Waits for the GPU. Returns (kernel name, median milliseconds)."""
-    tq, tk, tv, to, _, _, _, cfg, handle = _prepare(q, k, v, out, False, stream, causal,
-                                                   softmax_scale)
+def _aux(**arrays):
+    kinds = {"alibi_slopes": "float32", "sinks": "float32"}
+    return tuple((name, arr, kinds.get(name, "int32")) for name, arr in arrays.items()
+                 if arr is not None)
+
+
+def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
+            softmax_scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+            softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None, out: Any = None,
+            return_lse: bool = False, stream: Any = None, kernel: Optional[str] = None,
+            layout: Literal["bshd", "bhsd"] = "bshd") -> Union[Any, Tuple[Any, Any]]:
+    """Attention forward: ``softmax(scale * q k^T) v`` per query head, without materialising
+    the score matrix.
+
+    Parameters
+    ----------
+    q : array
+        ``(batch, seqlen_q, heads_q, head_dim)`` (``layout="bshd"``) or
+        ``(batch, heads_q, seqlen_q, head_dim)`` (``layout="bhsd"``). numpy (CPU backend:
+        float32, float16, bfloat16), or a CUDA array (float16, bfloat16).
+    k, v : array
+        ``(batch, seqlen_k, heads_kv, head_dim)`` in q's layout, q's dtype and device;
+        ``heads_q`` must be a multiple of ``heads_kv`` (GQA/MQA; K/V heads are not copied).
+    causal : bool
+        Bottom-right aligned mask: key ``j`` is visible to query ``i`` iff
+        ``j <= i + seqlen_k - seqlen_q``. A query row with no visible key gets ``out = 0`` and
+        ``lse = -inf``.
+    softmax_scale : float, optional
+        Multiplies the scores; None means ``1 / sqrt(head_dim)``. Any finite value, negative
+        included.
+    window : (int, int)
+        Sliding window ``(left, right)``: key ``j`` is visible to query ``i`` iff
+        ``i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right``; a negative
+        bound is unbounded, ``(-1, -1)`` (the default) is no window. Combines with causal.
+    softcap : float
+        ``> 0`` rewrites each scaled score ``s`` as ``softcap * tanh(s / softcap)`` (Gemma 2);
+        0 is off.
+    alibi_slopes : array, optional
+        float32 ALiBi slopes, ``(heads_q,)`` or ``(batch, heads_q)``, on q's device: each score
+        loses ``slope * |i + seqlen_k - seqlen_q - j|``.
+    sinks : array, optional
+        float32 ``(heads_q,)`` attention-sink logits on q's device: each joins its head's softmax
+        denominator with no value row (the row's weights sum to less than 1).
+    out : array or (array, array), optional
+        An output of q's shape, layout and dtype, written in place; or ``(out, lse)`` with lse a
+        contiguous float32 ``(batch, heads_q, seqlen_q)`` array. None allocates with q's library
+        (numpy, PyTorch, CuPy; other producers must pass out).
+    return_lse : bool
+        Also return the natural-log log-sum-exp of each row's scaled scores.
+    stream : int or stream object, optional
+        GPU only: a ``cudaStream_t`` as an int, or an object with ``__cuda_stream__`` (or a
+        PyTorch stream). None runs on q's producer's current stream (PyTorch's and CuPy's current
+        stream, the stream a ``__cuda_array_interface__`` names), else the legacy default stream.
+        The call returns without waiting for the GPU.
+    kernel : str, optional
+        Pin a GPU kernel by its short name (see kernels()).
+    layout : {"bshd", "bhsd"}
+        The dimension order of q, k, v and out: (batch, seq, heads, head_dim), the library's
+        own, or (batch, heads, seq, head_dim), PyTorch's ``scaled_dot_product_attention`` order.
+
+    Returns
+    -------
+    out : array
+        ``(batch, seqlen_q, heads_q, head_dim)`` in q's layout (the array passed as out, if any).
+    lse : array
+        Only with ``return_lse``: float32 ``(batch, heads_q, seqlen_q)`` in either layout.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Arrays that cannot describe one attention problem (dimensions, shapes, dtypes, devices,
+        a last dimension that is not contiguous, a read-only output, a bad layout name).
+    FlashAttnError
+        A subclass per library status, e.g. InvalidArgumentError (heads_q not a multiple of
+        heads_kv, a non-finite scale), UnsupportedError (a problem no GPU kernel covers).
+
+    Notes
+    -----
+    Empty problems: when batch, seqlen_q or heads_q is 0 there is no query row, and the
+    (empty) out, and lse, are returned without calling the library, as PyTorch does. A
+    non-empty query with seqlen_k = 0, heads_kv = 0 or head_dim = 0 raises ValueError naming the
+    zero size. (PyTorch's math backend returns zeros for seqlen_k = 0; writing them would take a
+    kernel of q's own library on the caller's stream, which this package does not launch.)
+
+    The first call for a problem (shapes, strides, dtypes, flags) makes a plan and keeps it in
+    the device's context; later calls only launch it.
+    """
+    features = _DENSE
+    if window != (-1, -1) or softcap or alibi_slopes is not None or sinks is not None:
+        shape = getattr(q, "shape", (0, 0, 0, 0))
+        seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
+        features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0],
+                             shape[heads] if len(shape) == 4 else 0)
+    tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
+                                                          softmax_scale, kernel, layout, features)
+    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                _aux(alibi_slopes=alibi_slopes, sinks=sinks))
+
+
+def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
+                   max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                   softmax_scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+                   softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None,
+                   out: Any = None, return_lse: bool = False, stream: Any = None,
+                   kernel: Optional[str] = None) -> Union[Any, Tuple[Any, Any]]:
+    """Attention over a batch of variable-length sequences packed along one token dimension
+    (FlashAttention's ``flash_attn_varlen_func``).
+
+    Parameters
+    ----------
+    q : array
+        ``(total_q, heads_q, head_dim)``: every sequence's query rows, one after another.
+    k, v : array
+        ``(total_k, heads_kv, head_dim)``.
+    cu_seqlens_q, cu_seqlens_k : array
+        int32 ``(batch + 1,)`` on q's device: sequence ``b`` owns query rows
+        ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and key rows likewise. Zero-length sequences
+        are allowed. On the CPU backend malformed offsets raise InvalidArgumentError; GPU
+        kernels clamp them (wrong numbers, never an out-of-bounds access).
+    max_seqlen_q, max_seqlen_k : int
+        Upper bounds of the sequences' lengths.
+    causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel
+        As forward(); masks are aligned per sequence (bottom-right).
+    return_lse : bool
+        Also return the float32 log-sum-exp, ``(heads_q, total_q)``.
+
+    Returns
+    -------
+    out : array
+        ``(total_q, heads_q, head_dim)``.
+    lse : array
+        Only with ``return_lse``.
+    """
+    batch = int(_tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32")[1][0]) - 1
+    heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
+    features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
+                         extra=(batch, int(max_seqlen_q), int(max_seqlen_k)))
+    tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
+                                                          softmax_scale, kernel, "bshd", features)
+    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                _aux(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                     alibi_slopes=alibi_slopes, sinks=sinks))
+
+
+def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
+                    block_table: Any = None, num_splits: int = 0, causal: bool = False,
+                    softmax_scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+                    softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None,
+                    out: Any = None, return_lse: bool = False, stream: Any = None,
+                    kernel: Optional[str] = None) -> Union[Any, Tuple[Any, Any]]:
+    """Attention of new query rows against a key/value cache, contiguous or paged
+    (FlashAttention's ``flash_attn_with_kvcache`` without the cache append).
+
+    Parameters
+    ----------
+    q : array
+        ``(batch, seqlen_q, heads_q, head_dim)``: 1 row per sequence for decoding, a few for
+        speculative decoding, more for chunked prefill.
+    k_cache, v_cache : array
+        Contiguous: ``(batch, capacity, heads_kv, head_dim)``. Paged (with ``block_table``):
+        ``(num_pages, page_size, heads_kv, head_dim)``, any page size.
+    cache_seqlens : array
+        int32 ``(batch,)`` on q's device: how many cache rows sequence ``b`` sees. Masks align to
+        it (the last query row sits at key position ``cache_seqlens[b] - 1``).
+    block_table : array, optional
+        int32 ``(batch, max_pages_per_seq)``: row ``j`` of sequence ``b`` lives in page
+        ``block_table[b, j // page_size]``. Only the pages holding visible rows are read.
+    num_splits : int
+        Split each sequence's keys across this many thread blocks (split-KV), merged by a
+        second kernel; 0 lets the library choose from the batch, heads, lengths and the GPU's
+        SMs, 1 never splits. The workspace it needs is allocated with q's library.
+    causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, return_lse, stream, kernel
+        As forward() (``bshd`` layout).
+
+    Returns
+    -------
+    out : array
+        ``(batch, seqlen_q, heads_q, head_dim)``; with ``return_lse`` also the float32
+        ``(batch, heads_q, seqlen_q)`` LSE.
+    """
+    shape = tuple(getattr(q, "shape", ()))
+    batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
+    if block_table is None:
+        mode, extra = "kvcache", ()
+    else:
+        table_shape = tuple(_tensors.describe_aux(block_table, "block_table", "int32")[1])
+        if len(table_shape) != 2 or table_shape[0] != batch:
+            raise ValueError(f"block_table has shape {table_shape}; expected ({batch}, "
+                             "max_pages_per_seq)")
+        mode, extra = "paged", (table_shape[1],)
+    features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_splits,
+                         extra)
+    tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k_cache, v_cache, out, return_lse,
+                                                          stream, causal, softmax_scale, kernel,
+                                                          "bshd", features)
+    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                _aux(cache_seqlens=cache_seqlens, block_table=block_table,
+                     alibi_slopes=alibi_slopes, sinks=sinks))
+
+
+def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
+                 stream: Any = None) -> Tuple[Any, Any]:
+    """Merges two attention results over disjoint key sets of the same queries into the result
+    over their union (``fa_merge_states``): for prefix caches, cascades and sequences split
+    across GPUs.
+
+    Parameters
+    ----------
+    o_a, o_b : array
+        ``(batch, seqlen, heads, head_dim)`` outputs (the same strides).
+    lse_a, lse_b : array
+        Their float32 ``(batch, heads, seqlen)`` log-sum-exps (contiguous), as forward(...,
+        return_lse=True) returns them.
+    out : (array, array), optional
+        Where to write ``(o, lse)``; ``out=(o_a, lse_a)`` merges in place. None allocates them.
+    stream
+        As forward().
+
+    Returns
+    -------
+    (o, lse)
+        ``lse = log(exp(lse_a) + exp(lse_b))`` and ``o = exp(lse_a - lse) o_a + exp(lse_b - lse)
+        o_b``; a side with ``lse = -inf`` contributes nothing.
+    """
+    handle = _tensors.stream_handle(stream)
+    ta = _tensors.describe(o_a, "o_a", handle)
+    if handle is None:
+        handle = ta.stream
+    tb = _tensors.describe(o_b, "o_b", handle)
+    if len(ta.shape) != 4:
+        raise ValueError(f"o_a must have 4 dimensions (batch, seqlen, heads, head_dim), got "
+                         f"shape {tuple(ta.shape)}")
+    o, lse = out if out is not None else (None, None)
+    if o is None:
+        o = _tensors.empty_like(ta, ta.shape)
+    to = _tensors.describe(o, "out", handle)
+    batch, seqlen, heads, dim = ta.shape
+    if lse is None:
+        lse = _tensors.empty_like(ta, (batch, heads, seqlen), float32=True)
+    lses = []
+    for name, arr in (("lse_a", lse_a), ("lse_b", lse_b), ("lse", lse)):
+        ptr, shape, device = _tensors.describe_aux(arr, name, "float32", handle)
+        if tuple(shape) != (batch, heads, seqlen) or device != ta.device:
+            raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = "
+                             f"{(batch, heads, seqlen)} on o_a's device, got {tuple(shape)}")
+        lses.append(ptr)
+    for name, t in (("o_b", tb), ("out", to)):
+        if tuple(t.shape) != tuple(ta.shape) or tuple(t.strides) != tuple(ta.strides):
+            raise ValueError(f"{name} must have o_a's shape and strides {tuple(ta.shape)}, "
+                             f"{tuple(ta.strides)}")
+        if t.dtype != ta.dtype or t.device != ta.device:
+            raise ValueError(f"{name} must have o_a's dtype and device")
+    if batch * seqlen * heads * dim == 0:
+        return o, lse
+    cfg = _ffi.fa_merge_config()
+    lib = _ffi.lib()
+    check(lib.fa_merge_config_init(ctypes.byref(cfg)))
+    cfg.dtype = ta.dtype
+    cfg.batch, cfg.seqlen, cfg.heads, cfg.head_dim = batch, seqlen, heads, dim
+    cfg.o_batch_stride, cfg.o_seq_stride, cfg.o_head_stride = ta.strides[:3]
+    ctx = _context(ta.device)
+    f = _ffi.raw("fa_merge_states")
+    check(f(ctx._handle, ctypes.addressof(cfg), ta.ptr, lses[0], tb.ptr, lses[1], to.ptr, lses[2],
+            None if ta.device == _ffi.FA_DEVICE_CPU else handle))
+    return o, lse
+
+
+def autotune(q: Any, k: Any, v: Any, *, causal: bool = False,
+             softmax_scale: Optional[float] = None, out: Any = None, stream: Any = None,
+             layout: Literal["bshd", "bhsd"] = "bshd") -> Tuple[str, float]:
+    """Times the GPU kernels that can run this problem and makes the fastest the choice for its
+    shape in q's device context (``fa_autotune``), for this process and for save_tuning().
+
+    Parameters
+    ----------
+    q, k, v, causal, softmax_scale, stream, layout
+        As forward().
+    out : array, optional
+        As forward(); overwritten (it ends with a correct result).
+
+    Returns
+    -------
+    name : str
+        The winning kernel's short name.
+    ms : float
+        Its median time in milliseconds.
+
+    Notes
+    -----
+    Waits for the GPU. A CPU problem raises WrongContextError.
+    """
+    tq, tk, tv, to, _, _, _, handle, key = _prepare(q, k, v, out, False, stream, causal,
+                                                    softmax_scale, None, layout)
+    cfg = _config(key)
+    if cfg is None:
+        raise ValueError(f"q has no query row (shape {tuple(tq.shape)}): nothing to tune")
     ctx = _context(tq.device)
     lib = _ffi.lib()
     best = _ffi.fa_kernel_config()
@@ -233,14 +811,17 @@ def autotune(q, k, v, *, causal=False, softmax_scale=None, out=None, stream=None
     ms = ctypes.c_float()
     check(lib.fa_autotune(ctx._handle, ctypes.byref(cfg), tq.ptr, tk.ptr, tv.ptr, to.ptr, None,
                           handle, ctypes.byref(best), ctypes.byref(ms)))
+    # Plans are bound to the kernel chosen when they were made; the tuned choice replaces it.
+    ctx._plans.cache_clear()
     return _kernel_name(best), ms.value
 
 
-def save_tuning(path, device=0):
-    """Writes the tuning results of `device`'s context (see autotune) to `path`."""
+def save_tuning(path: Union[str, "os.PathLike[str]"], device: int = 0) -> None:
+    """Writes the tuning results of `device`'s context (see autotune()) to `path`."""
     _context(device).save_tuning(path)
 
 
-def load_tuning(path, device=0):
-    """Loads a tuning file into `device`'s context; stale entries warn (TuningEntriesIgnoredWarning)."""
+def load_tuning(path: Union[str, "os.PathLike[str]"], device: int = 0) -> None:
+    """Loads a tuning file into `device`'s context; stale entries warn
+    (TuningEntriesIgnoredWarning)."""
     _context(device).load_tuning(path)

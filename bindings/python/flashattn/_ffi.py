@@ -21,6 +21,8 @@ FA_DEVICE_CPU = -1
 FA_DTYPE_FP16 = 1
 FA_DTYPE_BF16 = 2
 FA_DTYPE_FP32 = 3
+FA_LAYOUT_DENSE, FA_LAYOUT_VARLEN, FA_LAYOUT_KV_CACHE, FA_LAYOUT_PAGED_KV = 0, 1, 2, 3
+FA_ALIBI_NONE, FA_ALIBI_PER_HEAD, FA_ALIBI_PER_BATCH = 0, 1, 2
 
 
 class fa_config(Structure):
@@ -39,6 +41,44 @@ class fa_config(Structure):
         ("q_batch_stride", c_int64), ("q_seq_stride", c_int64), ("q_head_stride", c_int64),
         ("k_batch_stride", c_int64), ("k_seq_stride", c_int64), ("k_head_stride", c_int64),
         ("v_batch_stride", c_int64), ("v_seq_stride", c_int64), ("v_head_stride", c_int64),
+        ("o_batch_stride", c_int64), ("o_seq_stride", c_int64), ("o_head_stride", c_int64),
+        # Since 0.3.0.
+        ("layout", c_int32),
+        ("window", c_int32),
+        ("window_left", c_int64),
+        ("window_right", c_int64),
+        ("softcap", c_float),
+        ("alibi", c_int32),
+        ("sinks", c_int32),
+        ("num_splits", c_int32),
+        ("total_q", c_int64),
+        ("total_k", c_int64),
+        ("num_pages", c_int64),
+        ("page_size", c_int64),
+        ("max_pages_per_seq", c_int64),
+    ]
+
+
+class fa_run_args(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("cu_seqlens_q", POINTER(c_int32)),
+        ("cu_seqlens_k", POINTER(c_int32)),
+        ("cache_seqlens", POINTER(c_int32)),
+        ("block_table", POINTER(c_int32)),
+        ("alibi_slopes", POINTER(c_float)),
+        ("sinks", POINTER(c_float)),
+        ("workspace", c_void_p),
+        ("workspace_size", c_size_t),
+    ]
+
+
+class fa_merge_config(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("dtype", c_int32),
+        ("reserved0", c_int32),
+        ("batch", c_int64), ("seqlen", c_int64), ("heads", c_int64), ("head_dim", c_int64),
         ("o_batch_stride", c_int64), ("o_seq_stride", c_int64), ("o_head_stride", c_int64),
     ]
 
@@ -70,6 +110,7 @@ SIGNATURES = {
     "fa_version_string": (c_char_p, []),
     "fa_status_string": (c_char_p, [fa_status]),
     "fa_last_error_detail": (c_char_p, []),
+    "fa_run_args_init": (fa_status, [_P(fa_run_args)]),
     "fa_config_init": (fa_status, [_P(fa_config)]),
     "fa_config_validate": (fa_status, [_P(fa_config)]),
     "fa_config_extents": (fa_status, [_P(fa_config), _P(c_int64), _P(c_int64), _P(c_int64),
@@ -79,6 +120,11 @@ SIGNATURES = {
     "fa_context_device": (fa_status, [fa_context_p, _P(c_int)]),
     "fa_forward": (fa_status, [fa_context_p, _P(fa_config), c_void_p, c_void_p, c_void_p,
                                c_void_p, _P(c_float), fa_stream_t]),
+    "fa_forward_ex": (fa_status, [fa_context_p, _P(fa_config), c_void_p, c_void_p, c_void_p,
+                                  c_void_p, _P(c_float), _P(fa_run_args), fa_stream_t]),
+    "fa_merge_config_init": (fa_status, [_P(fa_merge_config)]),
+    "fa_merge_states": (fa_status, [fa_context_p, _P(fa_merge_config), c_void_p, _P(c_float),
+                                    c_void_p, _P(c_float), c_void_p, _P(c_float), fa_stream_t]),
     "fa_kernel_config_init": (fa_status, [_P(fa_kernel_config)]),
     "fa_kernel_count": (c_size_t, []),
     "fa_kernel_get": (fa_status, [c_size_t, _P(fa_kernel_config)]),
@@ -103,6 +149,9 @@ SIGNATURES = {
     "fa_plan_workspace_size": (fa_status, [fa_plan_p, _P(c_size_t)]),
     "fa_plan_run": (fa_status, [fa_plan_p, c_void_p, c_void_p, c_void_p, c_void_p, _P(c_float),
                                 c_void_p, c_size_t, fa_stream_t]),
+    "fa_plan_run_ex": (fa_status, [fa_plan_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                   _P(c_float), _P(fa_run_args), fa_stream_t]),
+    "fa_plan_num_splits": (fa_status, [fa_plan_p, _P(c_int)]),
     "fa_plan_destroy": (None, [fa_plan_p]),
 }
 
@@ -151,3 +200,14 @@ def lib():
                 raise OSError("libflashattn.so not found; tried:\n  " + "\n  ".join(tried) +
                               "\nSet FLASHATTN_LIBRARY to the library's path.")
         return _lib
+
+
+def raw(name):
+    """A second declaration of the header function `name` in which every pointer argument is a
+    c_void_p, for hot paths that hold addresses as Python ints: ctypes passes an int as c_void_p
+    directly, where a POINTER(c_float) argument needs a ctypes.cast per call (0.5 us)."""
+    restype, argtypes = SIGNATURES[name]
+    fn = lib()[name]  # indexing makes a new function object; lib().<name> keeps its declaration
+    fn.restype = restype
+    fn.argtypes = [c_void_p if issubclass(t, ctypes._Pointer) else t for t in argtypes]
+    return fn

@@ -1,5 +1,6 @@
 """Errors, the one-to-one ctypes layer, kernel listing and pinning, autotuning and tuning files."""
 import ctypes
+import doctest
 import re
 import warnings
 from pathlib import Path
@@ -37,6 +38,23 @@ def test_struct_layouts_match_the_library():
     kc = _ffi.fa_kernel_config()
     assert _ffi.lib().fa_kernel_config_init(ctypes.byref(kc)) == 0
     assert kc.struct_size == ctypes.sizeof(_ffi.fa_kernel_config)
+    args = _ffi.fa_run_args()
+    assert _ffi.lib().fa_run_args_init(ctypes.byref(args)) == 0
+    assert args.struct_size == ctypes.sizeof(_ffi.fa_run_args)
+    merge = _ffi.fa_merge_config()
+    assert _ffi.lib().fa_merge_config_init(ctypes.byref(merge)) == 0
+    assert merge.struct_size == ctypes.sizeof(_ffi.fa_merge_config)
+
+
+def test_raw_declarations_take_addresses_as_ints():
+    run = _ffi.raw("fa_plan_run")
+    restype, argtypes = _ffi.SIGNATURES["fa_plan_run"]
+    assert run.restype == restype and len(run.argtypes) == len(argtypes)
+    for raw, declared in zip(run.argtypes, argtypes):
+        assert raw == (ctypes.c_void_p if issubclass(declared, ctypes._Pointer) else declared)
+    assert _ffi.lib().fa_plan_run.argtypes == argtypes  # the declared one is untouched
+    # NULL plan: refused with a status, the pointer arguments accepted as plain ints.
+    assert run(None, 16, 16, 16, 16, 16, None, 0, None) == 1
 
 
 def test_every_status_maps_to_its_class():
@@ -163,5 +181,34 @@ def test_autotune_and_tuning_file(backend, tmp_path):
         fresh.load_tuning(tmp_path / "missing.txt")
 
 
-def test_version():
-    assert flashattn.version() == "0.2.0"
+def test_version_and_typing_marker():
+    """__version__ is the loaded library's version and the header's, and pyproject.toml either
+    states the same or takes it from the package; py.typed ships beside the package (PEP 561)."""
+    assert re.fullmatch(r"\d+\.\d+\.\d+", flashattn.__version__)
+    assert flashattn.__version__ == flashattn.version()
+    header = re.search(r'#define FA_VERSION_STRING "([^"]+)"', HEADER.read_text()).group(1)
+    assert flashattn.__version__ == header
+    # The source tree's pyproject.toml: the package under test may be an installed or copied one.
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    static = re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M)
+    if static:
+        assert static.group(1) == flashattn.__version__
+    else:
+        assert re.search(r'^dynamic\s*=.*"version"', pyproject, re.M)
+    assert (Path(flashattn.__file__).parent / "py.typed").is_file()
+
+
+def test_public_functions_are_typed_and_documented():
+    import inspect
+    for name in flashattn.__all__:
+        obj = getattr(flashattn, name)
+        assert obj.__doc__, name
+        if inspect.isfunction(obj):
+            sig = inspect.signature(obj)
+            assert sig.return_annotation is not inspect.Signature.empty, name
+            for p in sig.parameters.values():
+                assert p.annotation is not inspect.Parameter.empty, (name, p.name)
+    examples = doctest.testmod(flashattn)  # the module docstring's example runs
+    assert examples.attempted and not examples.failed
+    for section in ("Parameters", "Returns", "Raises", "Notes"):
+        assert f"\n    {section}\n    ---" in flashattn.forward.__doc__, section

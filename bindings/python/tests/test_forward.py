@@ -176,3 +176,134 @@ def test_matches_torch_sdpa_float64(backend):
         naive_err = (low - ref).abs().max().item()
         err = (o.double() - ref).abs().max().item()
         assert err <= 2 * naive_err + ATOL[dtype], (dtype, causal, err, naive_err)
+
+
+def _bhsd(backend, x):
+    """(b, s, h, d) -> a (b, h, s, d) array of its own (contiguous in that order)."""
+    if backend.gpu:
+        return x.transpose(1, 2).contiguous()
+    return np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+
+
+def _to_bshd(backend, x):
+    return x.transpose(1, 2) if backend.gpu else x.transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bhsd_layout(backend, causal):
+    """(batch, heads, seq, dim) arrays give the bshd result transposed, bit for bit, and match
+    float64; out= in that layout is written; lse keeps (batch, heads_q, seqlen_q)."""
+    rng = np.random.default_rng(21)
+    for dtype in backend.dtypes():
+        q = backend.array(_data(rng, 2, 37, 4, 64), dtype)
+        k = backend.array(_data(rng, 2, 53, 2, 64), dtype)
+        v = backend.array(_data(rng, 2, 53, 2, 64), dtype)
+        o_ref, lse_ref = flashattn.forward(q, k, v, causal=causal, return_lse=True)
+        qt, kt, vt = (_bhsd(backend, x) for x in (q, k, v))
+        o, lse = flashattn.forward(qt, kt, vt, causal=causal, return_lse=True, layout="bhsd")
+        assert tuple(o.shape) == (2, 4, 37, 64) and tuple(lse.shape) == (2, 4, 37)
+        assert np.array_equal(backend.numpy(_to_bshd(backend, o)), backend.numpy(o_ref))
+        assert np.array_equal(backend.numpy(lse), backend.numpy(lse_ref))
+        _check(backend, q, k, v, _to_bshd(backend, o), lse, causal)
+        out = backend.empty((2, 4, 37, 64), dtype)
+        assert flashattn.forward(qt, kt, vt, causal=causal, out=out, layout="bhsd") is out
+        assert np.array_equal(backend.numpy(out), backend.numpy(o))
+
+
+def test_bad_layout_and_shapes_in_layout_terms(backend):
+    rng = np.random.default_rng(22)
+    dtype = backend.dtypes()[-1]
+    q = backend.array(_data(rng, 1, 16, 2, 64), dtype)
+    with pytest.raises(ValueError, match="layout 'bsdh'"):
+        flashattn.forward(q, q, q, layout="bsdh")
+    with pytest.raises(ValueError, match=r"4 dimensions \(batch, heads, seq, head_dim\)"):
+        flashattn.forward(q[0], q, q, layout="bhsd")
+    # (1, 16, 2, 64) read as bhsd has 16 heads; k with 3 heads is no divisor: the library says so.
+    k = backend.array(_data(rng, 1, 3, 2, 64), dtype)
+    with pytest.raises(flashattn.InvalidArgumentError, match="heads_q = 16 .* heads_kv = 3"):
+        flashattn.forward(q, k, k, layout="bhsd")
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("empty_dim", ["batch", "seqlen_q", "heads_q"])
+def test_no_query_rows_give_empty_results(backend, layout, empty_dim):
+    """As PyTorch does: an empty out (and lse) of the right shape, without calling the library,
+    whatever seqlen_k is."""
+    dtype = backend.dtypes()[-1]
+    b, sq, hq, sk, hkv, d = 2, 5, 4, 7, 2, 64
+    b, sq, hq = (0 if empty_dim == "batch" else b, 0 if empty_dim == "seqlen_q" else sq,
+                 0 if empty_dim == "heads_q" else hq)
+    hkv = 0 if empty_dim == "heads_q" else hkv
+
+    def make(batch, seq, heads):
+        shape = (batch, seq, heads, d) if layout == "bshd" else (batch, heads, seq, d)
+        return backend.array(np.ones(shape), dtype)
+
+    q, k = make(b, sq, hq), make(b, sk, hkv)
+    o, lse = flashattn.forward(q, k, k, return_lse=True, layout=layout, causal=True)
+    assert tuple(o.shape) == tuple(q.shape)
+    assert tuple(lse.shape) == (b, hq, sq)
+    out = backend.empty(tuple(q.shape), dtype)
+    assert flashattn.forward(q, k, k, out=out, layout=layout) is out
+
+
+def test_zero_sizes_with_query_rows_are_named(backend):
+    dtype = backend.dtypes()[-1]
+    q = backend.array(np.ones((1, 4, 2, 64)), dtype)
+    with pytest.raises(ValueError, match=r"seqlen_k = 0 \(shape \(1, 0, 2, 64\)\)"):
+        flashattn.forward(q, *[backend.array(np.ones((1, 0, 2, 64)), dtype)] * 2)
+    with pytest.raises(ValueError, match=r"heads_kv = 0 \(shape \(1, 4, 0, 64\)\) for 2 query"):
+        flashattn.forward(q, *[backend.array(np.ones((1, 4, 0, 64)), dtype)] * 2)
+    e = backend.array(np.ones((1, 4, 2, 0)), dtype)
+    with pytest.raises(ValueError, match=r"head_dim is 0 \(q shape \(1, 4, 2, 0\)\)"):
+        flashattn.forward(e, e, e)
+
+
+def test_cached_plans_follow_every_argument(backend):
+    """Calls that differ only in causal, scale, strides or kernel-free flags reuse no stale plan:
+    each matches the float64 reference, and a repeated call is a cache hit."""
+    rng = np.random.default_rng(23)
+    dtype = backend.dtypes()[-1]
+    qkv = backend.array(_data(rng, 1, 40, 6, 64), dtype)
+    q, k, v = qkv[:, :, :2], qkv[:, :, 2:4], qkv[:, :, 4:]
+    packed = [backend.array(backend.numpy(x), dtype) for x in (q, k, v)]
+    for args in ((q, k, v), tuple(packed)):
+        for causal in (False, True):
+            for scale in (None, 0.3, -0.3 if not backend.gpu else 0.05):
+                o = flashattn.forward(*args, causal=causal, softmax_scale=scale)
+                _check(backend, *args, o, None, causal=causal, scale=scale)
+    plans = flashattn._context(-1 if not backend.gpu else 0)._plans
+    hits = plans.cache_info().hits
+    flashattn.forward(q, k, v, causal=True, softmax_scale=0.3)
+    assert plans.cache_info().hits == hits + 1
+
+
+def test_failures_are_not_cached(backend):
+    rng = np.random.default_rng(24)
+    dtype = backend.dtypes()[-1]
+    q = backend.array(_data(rng, 1, 8, 5, 64), dtype)
+    k = backend.array(_data(rng, 1, 8, 2, 64), dtype)
+    for _ in range(2):
+        with pytest.raises(flashattn.InvalidArgumentError, match="heads_q = 5"):
+            flashattn.forward(q, k, k)
+    with pytest.raises(ValueError, match="k and v shapes differ"):
+        flashattn.forward(q, k, k[:, :4])
+
+
+def test_threads_share_plans(backend):
+    """Several threads run the same and different problems at once through the shared cached
+    plans; every result matches its single-threaded one."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(25)
+    dtype = backend.dtypes()[-1]
+    problems = [tuple(backend.array(_data(rng, 1, s, 2, 64), dtype) for _ in range(3))
+                for s in (9, 17, 33)]
+    expected = [backend.numpy(flashattn.forward(*p)) for p in problems]
+
+    def run(i):
+        return backend.numpy(flashattn.forward(*problems[i % 3]))
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(24)))
+    for i, got in enumerate(results):
+        assert np.array_equal(got, expected[i % 3])

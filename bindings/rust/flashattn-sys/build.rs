@@ -1,4 +1,5 @@
-//! Finds libflashattn, links it, and generates the declarations from its header.
+//! Finds libflashattn (or builds the bundled sources), links it, and generates the declarations
+//! from its header.
 use std::env;
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,13 @@ struct Found {
 
 fn has_library(dir: &Path) -> bool {
     dir.join("libflashattn.so").exists() || dir.join("libflashattn.dylib").exists()
+}
+
+/// The repository root: this crate lives in bindings/rust/flashattn-sys. A crate published on
+/// crates.io would carry a copy of the sources (CMakeLists.txt, cmake/, include/, src/,
+/// tools/generate_kernels.py) inside its own directory instead, and point this at it.
+fn source_root() -> PathBuf {
+    PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo")).join("../../..")
 }
 
 fn from_env(tried: &mut Vec<String>) -> Option<Found> {
@@ -42,8 +50,7 @@ fn from_pkg_config(tried: &mut Vec<String>) -> Option<Found> {
 }
 
 fn from_build_tree(tried: &mut Vec<String>) -> Option<Found> {
-    // bindings/rust/flashattn-sys -> the repository root.
-    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").ok()?).join("../../..");
+    let root = source_root();
     let lib_dir = root.join("build");
     let include_dir = root.join("include");
     if has_library(&lib_dir) && include_dir.join("flashattn.h").exists() {
@@ -56,6 +63,70 @@ fn from_build_tree(tried: &mut Vec<String>) -> Option<Found> {
     None
 }
 
+/// Builds the library alone (no tests, examples or benchmark) with CMake into OUT_DIR: the
+/// default kernel set, about 7 minutes on 2 cores. FLASHATTN_CMAKE_ARGS adds `-DNAME=VALUE`
+/// definitions, e.g. a reduced kernel set (`-DFA_KERNEL_SET=progression -DFA_DTYPES=bf16`).
+#[cfg(feature = "bundled")]
+fn bundled(tried: &mut Vec<String>) -> Option<Found> {
+    let root = source_root();
+    if !root.join("CMakeLists.txt").exists() {
+        tried.push(format!("the bundled sources: no CMakeLists.txt in {}", root.display()));
+        return None;
+    }
+    for input in ["CMakeLists.txt", "cmake", "include", "src", "tools/generate_kernels.py"] {
+        println!("cargo:rerun-if-changed={}", root.join(input).display());
+    }
+    println!("cargo:rerun-if-env-changed=FLASHATTN_CMAKE_ARGS");
+    let mut cmake = cmake::Config::new(&root);
+    // Release whatever cargo's profile: its debug profile would build the CPU backend at -O0.
+    cmake
+        .profile("Release")
+        .define("FA_BUILD_TESTS", "OFF")
+        .define("FA_BUILD_EXAMPLES", "OFF")
+        .define("FA_BUILD_BENCH", "OFF")
+        .define("CMAKE_INSTALL_LIBDIR", "lib")
+        .define("CMAKE_INSTALL_INCLUDEDIR", "include");
+    for arg in env::var("FLASHATTN_CMAKE_ARGS").unwrap_or_default().split_whitespace() {
+        let definition = arg.strip_prefix("-D").unwrap_or(arg);
+        let (name, value) = definition.split_once('=').unwrap_or_else(|| {
+            panic!("FLASHATTN_CMAKE_ARGS: '{arg}' is not -DNAME=VALUE")
+        });
+        cmake.define(name, value);
+    }
+    let prefix = cmake.build();
+    Some(Found { lib_dir: prefix.join("lib"), include_dir: prefix.join("include") })
+}
+
+#[cfg(not(feature = "bundled"))]
+fn bundled(tried: &mut Vec<String>) -> Option<Found> {
+    tried.push("the bundled sources: the `bundled` feature is off".to_string());
+    None
+}
+
+/// The directory to link from. Cargo puts link directories inside the target directory on the
+/// loader path of `cargo run` and `cargo test` (and drops those outside it), so a library found
+/// elsewhere is linked through symbolic links in OUT_DIR: programs of any crate depending on this
+/// one then run under cargo with nothing set. The bundled build already lies in OUT_DIR.
+fn link_dir(found: &Found) -> PathBuf {
+    let out = PathBuf::from(env::var("OUT_DIR").expect("set by cargo"));
+    if found.lib_dir.starts_with(&out) {
+        return found.lib_dir.clone();
+    }
+    let links = out.join("link");
+    let _ = std::fs::remove_dir_all(&links);
+    std::fs::create_dir_all(&links).expect("cannot create OUT_DIR/link");
+    let entries = std::fs::read_dir(&found.lib_dir).expect("the library's directory is readable");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("libflashattn.") {
+            let link = links.join(&name);
+            std::os::unix::fs::symlink(entry.path(), &link)
+                .unwrap_or_else(|e| panic!("cannot create the link {}: {e}", link.display()));
+        }
+    }
+    links
+}
+
 fn main() {
     for var in ["FLASHATTN_LIB_DIR", "FLASHATTN_INCLUDE_DIR", "PKG_CONFIG_PATH"] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -64,11 +135,12 @@ fn main() {
     let found = from_env(&mut tried)
         .or_else(|| from_pkg_config(&mut tried))
         .or_else(|| from_build_tree(&mut tried))
+        .or_else(|| bundled(&mut tried))
         .unwrap_or_else(|| {
             panic!("libflashattn not found. Tried, in order:\n  {}\n", tried.join("\n  "))
         });
 
-    println!("cargo:rustc-link-search=native={}", found.lib_dir.display());
+    println!("cargo:rustc-link-search=native={}", link_dir(&found).display());
     println!("cargo:rustc-link-lib=dylib=flashattn");
     // Dependents read these as DEP_FLASHATTN_LIB_DIR / DEP_FLASHATTN_INCLUDE_DIR.
     println!("cargo:lib_dir={}", found.lib_dir.display());

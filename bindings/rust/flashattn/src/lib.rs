@@ -8,7 +8,9 @@
 //! (`include/flashattn.h`) documents every operation in detail; each method here names the
 //! function it wraps.
 //!
-//! Tensors are `[batch, seq, heads, head_dim]` with the last dimension contiguous.
+//! Tensors are `[batch, seq, heads, head_dim]` ([`Layout::Bshd`]) or PyTorch's
+//! `[batch, heads, seq, head_dim]` ([`Layout::Bhsd`], chosen with [`ConfigBuilder::layout`]), with
+//! the last dimension contiguous; [`ConfigBuilder::q_strides`] and its siblings take any others.
 //!
 //! ```
 //! use flashattn::{Config, Context, DType, Device};
@@ -172,7 +174,7 @@ fn check(raw: sys::fa_status) -> Result<()> {
     }
 }
 
-/// The loaded library's version, e.g. `"0.2.0"` (`fa_version_string`).
+/// The loaded library's version, e.g. `"0.3.0"` (`fa_version_string`).
 pub fn version() -> &'static str {
     // Safety: fa_version_string returns a static NUL-terminated ASCII string.
     unsafe { CStr::from_ptr(sys::fa_version_string()) }.to_str().unwrap_or("?")
@@ -310,6 +312,18 @@ pub struct Config {
     raw: sys::fa_config,
 }
 
+/// The order of the dimensions of packed q, k, v and o tensors; head_dim is always last and
+/// contiguous. This is only the strides' pattern: the C field `fa_config.layout` (dense, varlen,
+/// KV cache) stays dense.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// `[batch, seq, heads, head_dim]`, FlashAttention's (the default).
+    #[default]
+    Bshd,
+    /// `[batch, heads, seq, head_dim]`, PyTorch's (`scaled_dot_product_attention`).
+    Bhsd,
+}
+
 /// Builds a [`Config`]; [`ConfigBuilder::build`] validates it (`fa_config_validate`).
 #[derive(Clone, Copy)]
 pub struct ConfigBuilder {
@@ -329,6 +343,195 @@ pub struct Extents {
     pub o: usize,
     /// lse: batch * heads_q * seqlen_q
     pub lse: usize,
+}
+
+/// ALiBi: `slope * |i + Sk - Sq - j|` is subtracted from each score (`fa_alibi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Alibi {
+    /// No bias (the default).
+    #[default]
+    Off,
+    /// `heads_q` slopes.
+    PerHead,
+    /// `batch * heads_q` slopes, row-major.
+    PerBatch,
+}
+
+impl Alibi {
+    fn raw(self) -> i32 {
+        (match self {
+            Alibi::Off => sys::FA_ALIBI_NONE,
+            Alibi::PerHead => sys::FA_ALIBI_PER_HEAD,
+            Alibi::PerBatch => sys::FA_ALIBI_PER_BATCH,
+        }) as i32
+    }
+}
+
+/// The host-side arguments of a run that are not q, k, v, o or lse (`fa_run_args`): the index
+/// tensors of varlen and KV-cache layouts and the per-head parameters, each needed only when the
+/// config asks for it. Their lengths are checked against the config before the library reads
+/// them, and a CPU run reports malformed contents (decreasing offsets, lengths or page indices
+/// out of range) as [`Status::InvalidArgument`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunArgs<'a> {
+    /// Varlen: `batch + 1` query row offsets, from 0 to `total_q`.
+    pub cu_seqlens_q: Option<&'a [i32]>,
+    /// Varlen: `batch + 1` key row offsets, from 0 to `total_k`.
+    pub cu_seqlens_k: Option<&'a [i32]>,
+    /// KV cache (contiguous or paged): `batch` visible lengths.
+    pub cache_seqlens: Option<&'a [i32]>,
+    /// Paged KV cache: `batch * max_pages_per_seq` page indices, row-major.
+    pub block_table: Option<&'a [i32]>,
+    /// ALiBi: `heads_q` (per head) or `batch * heads_q` (per batch) slopes.
+    pub alibi_slopes: Option<&'a [f32]>,
+    /// Sinks: `heads_q` logits.
+    pub sinks: Option<&'a [f32]>,
+}
+
+/// [`RunArgs`] for device memory, with the split-KV workspace: raw pointers on the context's
+/// device (NULL where the config needs none). Used by the `unsafe` device calls.
+#[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
+pub struct DeviceRunArgs {
+    pub cu_seqlens_q: *const i32,
+    pub cu_seqlens_k: *const i32,
+    pub cache_seqlens: *const i32,
+    pub block_table: *const i32,
+    pub alibi_slopes: *const f32,
+    pub sinks: *const f32,
+    /// Scratch memory of [`Plan::workspace_size`] bytes, or NULL.
+    pub workspace: *mut c_void,
+    /// Its size in bytes.
+    pub workspace_size: usize,
+}
+
+impl Default for DeviceRunArgs {
+    fn default() -> Self {
+        let null = std::ptr::null();
+        DeviceRunArgs {
+            cu_seqlens_q: null,
+            cu_seqlens_k: null,
+            cache_seqlens: null,
+            block_table: null,
+            alibi_slopes: null,
+            sinks: null,
+            workspace: std::ptr::null_mut(),
+            workspace_size: 0,
+        }
+    }
+}
+
+impl DeviceRunArgs {
+    fn to_raw(self) -> sys::fa_run_args {
+        let mut raw = empty_run_args();
+        raw.cu_seqlens_q = self.cu_seqlens_q;
+        raw.cu_seqlens_k = self.cu_seqlens_k;
+        raw.cache_seqlens = self.cache_seqlens;
+        raw.block_table = self.block_table;
+        raw.alibi_slopes = self.alibi_slopes;
+        raw.sinks = self.sinks;
+        raw.workspace = self.workspace;
+        raw.workspace_size = self.workspace_size;
+        raw
+    }
+}
+
+fn empty_run_args() -> sys::fa_run_args {
+    // Safety: plain data; fa_run_args_init sets struct_size and zeroes the rest.
+    let mut raw: sys::fa_run_args = unsafe { std::mem::zeroed() };
+    // Safety: a valid pointer to a local.
+    unsafe { sys::fa_run_args_init(&mut raw) };
+    raw
+}
+
+/// Checks the host run arguments' lengths against `config` and makes the C struct; the
+/// pointers borrow from `args`, which outlives the call that uses them.
+fn host_run_args(config: &Config, args: &RunArgs<'_>) -> Result<sys::fa_run_args> {
+    let r = &config.raw;
+    let usize_of = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
+    let (batch, heads_q) = (usize_of(r.batch), usize_of(r.heads_q));
+    let layout = r.layout as sys::fa_layout;
+    let needed = |name: &str, slice: Option<&[i32]>, wanted: bool, len: usize| -> Result<*const i32> {
+        match slice {
+            Some(s) if wanted => slice_fits(name, s, len).map(|()| s.as_ptr()),
+            Some(_) => Err(Error::new(Status::InvalidArgument, format!("{name} given, but the config does not use it"))),
+            None if wanted => Err(Error::new(Status::InvalidArgument, format!("the config needs {name}"))),
+            None => Ok(std::ptr::null()),
+        }
+    };
+    let varlen = layout == sys::FA_LAYOUT_VARLEN;
+    let cache = layout == sys::FA_LAYOUT_KV_CACHE || layout == sys::FA_LAYOUT_PAGED_KV;
+    let paged = layout == sys::FA_LAYOUT_PAGED_KV;
+    let mut raw = empty_run_args();
+    raw.cu_seqlens_q = needed("cu_seqlens_q", args.cu_seqlens_q, varlen, batch + 1)?;
+    raw.cu_seqlens_k = needed("cu_seqlens_k", args.cu_seqlens_k, varlen, batch + 1)?;
+    raw.cache_seqlens = needed("cache_seqlens", args.cache_seqlens, cache, batch)?;
+    let pages = batch.saturating_mul(usize_of(r.max_pages_per_seq));
+    raw.block_table = needed("block_table", args.block_table, paged, pages)?;
+    let floats = |name: &str, slice: Option<&[f32]>, len: usize| -> Result<*const f32> {
+        match slice {
+            Some(s) if len > 0 => slice_fits(name, s, len).map(|()| s.as_ptr()),
+            Some(_) => Err(Error::new(Status::InvalidArgument, format!("{name} given, but the config does not use it"))),
+            None if len > 0 => Err(Error::new(Status::InvalidArgument, format!("the config needs {name}"))),
+            None => Ok(std::ptr::null()),
+        }
+    };
+    let slopes = match r.alibi as sys::fa_alibi {
+        sys::FA_ALIBI_PER_HEAD => heads_q,
+        sys::FA_ALIBI_PER_BATCH => batch.saturating_mul(heads_q),
+        _ => 0,
+    };
+    raw.alibi_slopes = floats("alibi_slopes", args.alibi_slopes, slopes)?;
+    raw.sinks = floats("sinks", args.sinks, if r.sinks != 0 { heads_q } else { 0 })?;
+    Ok(raw)
+}
+
+/// The shape of a [`Context::merge_states`] (`fa_merge_config`): O tensors
+/// `[batch, seqlen, heads, head_dim]` (packed unless [`MergeConfig::o_strides`] says otherwise),
+/// LSE tensors `[batch, heads, seqlen]` float32, as [`Context::forward`] writes them.
+#[derive(Clone, Copy)]
+pub struct MergeConfig {
+    raw: sys::fa_merge_config,
+}
+
+impl MergeConfig {
+    /// Packed tensors of this shape; a varlen result is `batch` 1, `seqlen` total_q.
+    pub fn new(dtype: DType, batch: i64, seqlen: i64, heads: i64, head_dim: i64) -> MergeConfig {
+        // Safety: plain data; fa_merge_config_init fills it.
+        let mut raw: sys::fa_merge_config = unsafe { std::mem::zeroed() };
+        // Safety: a valid pointer to a local.
+        unsafe { sys::fa_merge_config_init(&mut raw) };
+        raw.dtype = dtype.raw();
+        (raw.batch, raw.seqlen, raw.heads, raw.head_dim) = (batch, seqlen, heads, head_dim);
+        MergeConfig { raw }
+    }
+    /// The (batch, seq, head) strides, in elements, shared by the three O tensors.
+    pub fn o_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
+        (self.raw.o_batch_stride, self.raw.o_seq_stride, self.raw.o_head_stride) = (batch, seq, head);
+        self
+    }
+    /// Elements an O tensor spans and an LSE tensor holds; the library validates the values.
+    fn spans(&self) -> (usize, usize) {
+        let r = &self.raw;
+        let dims = [r.batch, r.seqlen, r.heads, r.head_dim];
+        if dims.iter().any(|&n| n < 1) {
+            return (0, 0); // the library refuses the shape and names the size
+        }
+        let packed = r.o_batch_stride == 0 && r.o_seq_stride == 0 && r.o_head_stride == 0;
+        let (sb, ss, sh) = if packed {
+            (r.seqlen * r.heads * r.head_dim, r.heads * r.head_dim, r.head_dim)
+        } else {
+            (r.o_batch_stride, r.o_seq_stride, r.o_head_stride)
+        };
+        let span = (r.batch - 1)
+            .checked_mul(sb)
+            .and_then(|a| (r.seqlen - 1).checked_mul(ss).and_then(|b| a.checked_add(b)))
+            .and_then(|a| (r.heads - 1).checked_mul(sh).and_then(|b| a.checked_add(b)))
+            .and_then(|a| a.checked_add(r.head_dim));
+        let rows = r.batch.checked_mul(r.seqlen).and_then(|a| a.checked_mul(r.heads));
+        let size = |n: Option<i64>| n.and_then(|n| usize::try_from(n).ok()).unwrap_or(usize::MAX);
+        (size(span), size(rows))
+    }
 }
 
 impl Config {
@@ -392,6 +595,21 @@ impl ConfigBuilder {
         self.raw.softmax_scale = scale;
         self
     }
+    /// Sets the strides of all four tensors to those of packed tensors in `layout`; a later
+    /// `*_strides` call overrides one tensor's. [`Layout::Bshd`] is the default.
+    pub fn layout(self, layout: Layout) -> Self {
+        let r = self.raw;
+        let (d, sq, sk) = (r.head_dim, r.seqlen_q, r.seqlen_k);
+        match layout {
+            // All-zero strides are the library's packed [batch, seq, heads, head_dim].
+            Layout::Bshd => self.q_strides(0, 0, 0).k_strides(0, 0, 0).v_strides(0, 0, 0).o_strides(0, 0, 0),
+            Layout::Bhsd => self
+                .q_strides(r.heads_q * sq * d, d, sq * d)
+                .k_strides(r.heads_kv * sk * d, d, sk * d)
+                .v_strides(r.heads_kv * sk * d, d, sk * d)
+                .o_strides(r.heads_q * sq * d, d, sq * d),
+        }
+    }
     /// q's (batch, seq, head) strides in elements.
     pub fn q_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
         (self.raw.q_batch_stride, self.raw.q_seq_stride, self.raw.q_head_stride) = (batch, seq, head);
@@ -410,6 +628,61 @@ impl ConfigBuilder {
     /// o's (batch, seq, head) strides in elements.
     pub fn o_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
         (self.raw.o_batch_stride, self.raw.o_seq_stride, self.raw.o_head_stride) = (batch, seq, head);
+        self
+    }
+    /// Sliding window: key j is visible to query i iff
+    /// `i + Sk - Sq - left <= j <= i + Sk - Sq + right` (per sequence); a negative bound is
+    /// unbounded on that side, and `(-1, -1)` turns the window off. Combines with causal.
+    pub fn window(mut self, left: i64, right: i64) -> Self {
+        self.raw.window = (left >= 0 || right >= 0) as i32;
+        (self.raw.window_left, self.raw.window_right) = (left, right);
+        self
+    }
+    /// Logit soft-capping: each scaled score s becomes `softcap * tanh(s / softcap)`; 0 is off.
+    pub fn softcap(mut self, softcap: f32) -> Self {
+        self.raw.softcap = softcap;
+        self
+    }
+    /// ALiBi biases, with slopes passed at run time ([`RunArgs::alibi_slopes`]).
+    pub fn alibi(mut self, alibi: Alibi) -> Self {
+        self.raw.alibi = alibi.raw();
+        self
+    }
+    /// Attention sinks: one logit per query head ([`RunArgs::sinks`]) joins each row's softmax
+    /// denominator with no value row.
+    pub fn sinks(mut self, sinks: bool) -> Self {
+        self.raw.sinks = sinks as i32;
+        self
+    }
+    /// GPU split-KV: split each sequence's keys across this many thread blocks (0: the library
+    /// chooses; 1: never). A split plan needs a workspace ([`Plan::workspace_size`]).
+    pub fn num_splits(mut self, splits: i32) -> Self {
+        self.raw.num_splits = splits;
+        self
+    }
+    /// Variable-length sequences (`FA_LAYOUT_VARLEN`): q and o are `[total_q, heads_q, head_dim]`,
+    /// k and v `[total_k, heads_kv, head_dim]`; sequence b owns the rows between consecutive
+    /// entries of [`RunArgs::cu_seqlens_q`] / [`RunArgs::cu_seqlens_k`]. The builder's
+    /// `seqlen_q` and `seqlen_k` are the longest sequences' lengths; lse is `[heads_q, total_q]`.
+    pub fn varlen(mut self, total_q: i64, total_k: i64) -> Self {
+        self.raw.layout = sys::FA_LAYOUT_VARLEN as i32;
+        (self.raw.total_q, self.raw.total_k) = (total_q, total_k);
+        self
+    }
+    /// A contiguous KV cache (`FA_LAYOUT_KV_CACHE`): k and v are `[batch, seqlen_k, heads_kv,
+    /// head_dim]` of which sequence b sees the first [`RunArgs::cache_seqlens`]`[b]` rows.
+    pub fn kv_cache(mut self) -> Self {
+        self.raw.layout = sys::FA_LAYOUT_KV_CACHE as i32;
+        self
+    }
+    /// A paged KV cache (`FA_LAYOUT_PAGED_KV`): k and v are pages `[num_pages, page_size,
+    /// heads_kv, head_dim]` (any page size >= 1); row j of sequence b lives in page
+    /// [`RunArgs::block_table`]`[b * max_pages_per_seq + j / page_size]`, and the sequence sees
+    /// [`RunArgs::cache_seqlens`]`[b]` rows.
+    pub fn paged_kv(mut self, num_pages: i64, page_size: i64, max_pages_per_seq: i64) -> Self {
+        self.raw.layout = sys::FA_LAYOUT_PAGED_KV as i32;
+        (self.raw.num_pages, self.raw.page_size, self.raw.max_pages_per_seq) =
+            (num_pages, page_size, max_pages_per_seq);
         self
     }
     /// Validates (`fa_config_validate`): the error names the offending field and value.
@@ -739,6 +1012,135 @@ impl Context {
         })
     }
 
+    /// [`Context::forward`] with the run's index tensors and per-head parameters
+    /// (`fa_forward_ex`): varlen batches, KV caches, ALiBi slopes, sinks. Each slice of `args` is
+    /// checked against the config; a CPU run also checks their contents.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_ex<T: Element>(
+        &self,
+        config: &Config,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        o: &mut [T],
+        lse: Option<&mut [f32]>,
+        args: &RunArgs<'_>,
+    ) -> Result<()> {
+        self.host_only()?;
+        check_host(config, q, k, v, o, lse.as_deref())?;
+        let raw_args = host_run_args(config, args)?;
+        let lse = lse.map_or(std::ptr::null_mut(), |l| l.as_mut_ptr());
+        // Safety: a CPU context reads q, k, v and the run arguments and writes o and lse, all
+        // within the lengths checked above, during the call only.
+        check(unsafe {
+            sys::fa_forward_ex(
+                self.raw.as_ptr(),
+                &config.raw,
+                q.as_ptr().cast(),
+                k.as_ptr().cast(),
+                v.as_ptr().cast(),
+                o.as_mut_ptr().cast(),
+                lse,
+                &raw_args,
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// [`Context::forward_device`] with run arguments in device memory and an optional split-KV
+    /// workspace (`fa_forward_ex`). With `num_splits` 0 the keys are split only when the
+    /// workspace holds what the split needs; a forced split without it fails with
+    /// [`Status::WorkspaceTooSmall`].
+    ///
+    /// # Safety
+    /// As [`Context::forward_device`]; every non-NULL pointer of `args` must be device memory of
+    /// the length the config implies (see [`RunArgs`]), valid until the kernels finish.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn forward_device_ex(
+        &self,
+        config: &Config,
+        q: *const c_void,
+        k: *const c_void,
+        v: *const c_void,
+        o: *mut c_void,
+        lse: *mut f32,
+        args: &DeviceRunArgs,
+        stream: CudaStream,
+    ) -> Result<()> {
+        let raw_args = args.to_raw();
+        // Safety: the caller guarantees the pointers and the stream (see above).
+        check(unsafe {
+            sys::fa_forward_ex(self.raw.as_ptr(), &config.raw, q, k, v, o, lse, &raw_args, stream.0.cast())
+        })
+    }
+
+    /// Merges two partial results over disjoint key sets of the same queries into the result
+    /// over their union (`fa_merge_states`), on host slices (CPU context):
+    /// `lse = log(exp(lse_a) + exp(lse_b))`, `o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn merge_states<T: Element>(
+        &self,
+        config: &MergeConfig,
+        o_a: &[T],
+        lse_a: &[f32],
+        o_b: &[T],
+        lse_b: &[f32],
+        o: &mut [T],
+        lse: &mut [f32],
+    ) -> Result<()> {
+        self.host_only()?;
+        if T::DTYPE.raw() != config.raw.dtype {
+            return Err(Error::new(Status::InvalidArgument, format!("slices of {:?} for a merge of another dtype", T::DTYPE)));
+        }
+        let (span, rows) = config.spans();
+        for (name, len, needed) in [("o_a", o_a.len(), span), ("o_b", o_b.len(), span), ("o", o.len(), span)]
+            .into_iter()
+            .chain([("lse_a", lse_a.len(), rows), ("lse_b", lse_b.len(), rows), ("lse", lse.len(), rows)])
+        {
+            if len < needed {
+                return Err(Error::new(Status::InvalidArgument, format!("{name} holds {len} elements, but the merge spans {needed}")));
+            }
+        }
+        // Safety: a CPU context reads and writes within the spans checked above, during the call.
+        check(unsafe {
+            sys::fa_merge_states(
+                self.raw.as_ptr(),
+                &config.raw,
+                o_a.as_ptr().cast(),
+                lse_a.as_ptr(),
+                o_b.as_ptr().cast(),
+                lse_b.as_ptr(),
+                o.as_mut_ptr().cast(),
+                lse.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// [`Context::merge_states`] on device memory, launched on `stream` (`fa_merge_states`).
+    /// `o` may be `o_a` or `o_b` and `lse` may be `lse_a` or `lse_b` (in place).
+    ///
+    /// # Safety
+    /// A GPU context; the pointers must be device memory on its device spanning the merge's
+    /// tensors, valid and not otherwise written until the kernel on `stream` finishes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn merge_states_device(
+        &self,
+        config: &MergeConfig,
+        o_a: *const c_void,
+        lse_a: *const f32,
+        o_b: *const c_void,
+        lse_b: *const f32,
+        o: *mut c_void,
+        lse: *mut f32,
+        stream: CudaStream,
+    ) -> Result<()> {
+        // Safety: the caller guarantees the pointers and the stream.
+        check(unsafe {
+            sys::fa_merge_states(self.raw.as_ptr(), &config.raw, o_a, lse_a, o_b, lse_b, o, lse, stream.0.cast())
+        })
+    }
+
     /// A plan for `config` bound to this context's choice of kernel (`fa_plan_create`).
     pub fn plan(&self, config: &Config) -> Result<Plan<'_>> {
         let mut raw = std::ptr::null_mut();
@@ -886,7 +1288,8 @@ impl<'ctx> Plan<'ctx> {
         KernelConfig::from_raw(&raw).map(Some)
     }
 
-    /// Device scratch bytes `run_device` needs (`fa_plan_workspace_size`; 0 in this version).
+    /// Device scratch bytes a GPU run needs (`fa_plan_workspace_size`): 0 unless the plan splits
+    /// the keys ([`Plan::num_splits`] > 1).
     pub fn workspace_size(&self) -> Result<usize> {
         let mut n = 0usize;
         // Safety: a valid plan and a local.
@@ -956,6 +1359,68 @@ impl<'ctx> Plan<'ctx> {
                 workspace_size,
                 stream.0.cast(),
             )
+        })
+    }
+
+    /// How many thread blocks share each sequence's keys (`fa_plan_num_splits`; 1 is unsplit).
+    pub fn num_splits(&self) -> Result<i32> {
+        let mut n = 0i32;
+        // Safety: a valid plan and a local.
+        check(unsafe { sys::fa_plan_num_splits(self.raw.as_ptr(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// Runs a CPU plan with run arguments (`fa_plan_run_ex`), checked as [`Context::forward_ex`].
+    pub fn run_ex<T: Element>(
+        &self,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        o: &mut [T],
+        lse: Option<&mut [f32]>,
+        args: &RunArgs<'_>,
+    ) -> Result<()> {
+        if self.device != Device::Cpu {
+            return Err(Error::new(Status::WrongContext, "host slices need a CPU plan"));
+        }
+        check_host(&self.config, q, k, v, o, lse.as_deref())?;
+        let raw_args = host_run_args(&self.config, args)?;
+        let lse = lse.map_or(std::ptr::null_mut(), |l| l.as_mut_ptr());
+        // Safety: a CPU plan reads and writes within the checked lengths, during the call only.
+        check(unsafe {
+            sys::fa_plan_run_ex(
+                self.raw.as_ptr(),
+                q.as_ptr().cast(),
+                k.as_ptr().cast(),
+                v.as_ptr().cast(),
+                o.as_mut_ptr().cast(),
+                lse,
+                &raw_args,
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Runs a GPU plan with run arguments and workspace in `args` (`fa_plan_run_ex`): a launch
+    /// only, capturable in a CUDA graph whose replays may see new index tensor contents.
+    ///
+    /// # Safety
+    /// As [`Context::forward_device_ex`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_device_ex(
+        &self,
+        q: *const c_void,
+        k: *const c_void,
+        v: *const c_void,
+        o: *mut c_void,
+        lse: *mut f32,
+        args: &DeviceRunArgs,
+        stream: CudaStream,
+    ) -> Result<()> {
+        let raw_args = args.to_raw();
+        // Safety: the caller guarantees the pointers, the workspace and the stream.
+        check(unsafe {
+            sys::fa_plan_run_ex(self.raw.as_ptr(), q, k, v, o, lse, &raw_args, stream.0.cast())
         })
     }
 }

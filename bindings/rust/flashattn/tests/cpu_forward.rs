@@ -1,5 +1,5 @@
 //! The CPU path end to end, against a naive float64 reference.
-use flashattn::{Bf16, Config, Context, DType, Device, Element, F16};
+use flashattn::{Bf16, Config, Context, DType, Device, Element, Layout, F16};
 
 struct Problem {
     batch: usize,
@@ -154,4 +154,76 @@ fn strided_views_of_a_packed_qkv_buffer() {
     let mut o2 = vec![0f32; o.len()];
     ctx.forward(&packed, &q, &k, &v, &mut o2, None).unwrap();
     assert_eq!(o, o2);
+}
+
+/// [b, s, h, d] <-> [b, h, s, d]: the same transposition both ways.
+fn swap_seq_heads(x: &[f32], b: usize, outer: usize, inner: usize, d: usize) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    for bi in 0..b {
+        for i in 0..outer {
+            for j in 0..inner {
+                let from = ((bi * outer + i) * inner + j) * d;
+                let to = ((bi * inner + j) * outer + i) * d;
+                y[to..to + d].copy_from_slice(&x[from..from + d]);
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn bhsd_layout_reads_pytorch_order() {
+    // seqlen_q != seqlen_k and heads_q != heads_kv, so a stride built from the wrong size differs.
+    let (b, sq, sk, hq, hkv, d) = (2usize, 5usize, 7usize, 4usize, 2usize, 8usize);
+    let f32s = |n: usize, seed: u64| -> Vec<f32> { data(n, seed).into_iter().map(|x| x as f32).collect() };
+    let (q, k, v) = (f32s(b * sq * hq * d, 11), f32s(b * sk * hkv * d, 12), f32s(b * sk * hkv * d, 13));
+    let ctx = Context::new(Device::Cpu).unwrap();
+    let builder = Config::builder(DType::F32, b as i64, sq as i64, sk as i64, hq as i64, hkv as i64, d as i64)
+        .causal(true);
+    let bshd = builder.build().unwrap();
+    let bhsd = builder.layout(Layout::Bhsd).build().unwrap();
+    // Packed either way: same extents.
+    assert_eq!(bhsd.extents().unwrap(), bshd.extents().unwrap());
+
+    let mut o = vec![f32::NAN; q.len()];
+    ctx.forward(&bshd, &q, &k, &v, &mut o, None).unwrap();
+    let (qt, kt, vt) = (swap_seq_heads(&q, b, sq, hq, d), swap_seq_heads(&k, b, sk, hkv, d),
+                        swap_seq_heads(&v, b, sk, hkv, d));
+    let mut ot = vec![f32::NAN; q.len()];
+    ctx.forward(&bhsd, &qt, &kt, &vt, &mut ot, None).unwrap();
+    // Same rows, same arithmetic: equal to the bit once o is transposed back.
+    assert_eq!(swap_seq_heads(&ot, b, hq, sq, d), o);
+
+    // The transposed buffers read as [b, s, h, d] are another problem: the layout is what counts.
+    let mut wrong = vec![f32::NAN; q.len()];
+    ctx.forward(&bshd, &qt, &kt, &vt, &mut wrong, None).unwrap();
+    assert_ne!(swap_seq_heads(&wrong, b, hq, sq, d), o);
+
+    // A plan takes the layout too.
+    let mut op = vec![f32::NAN; q.len()];
+    ctx.plan(&bhsd).unwrap().run(&qt, &kt, &vt, &mut op, None).unwrap();
+    assert_eq!(op, ot);
+}
+
+#[test]
+fn layout_sets_every_stride_and_bshd_restores_packed() {
+    let builder = Config::builder(DType::F32, 3, 5, 7, 4, 2, 8);
+    let bhsd = builder.layout(Layout::Bhsd).build().unwrap();
+    let r = bhsd.as_raw();
+    assert_eq!((r.q_batch_stride, r.q_seq_stride, r.q_head_stride), (4 * 5 * 8, 8, 5 * 8));
+    assert_eq!((r.k_batch_stride, r.k_seq_stride, r.k_head_stride), (2 * 7 * 8, 8, 7 * 8));
+    assert_eq!((r.v_batch_stride, r.v_seq_stride, r.v_head_stride), (2 * 7 * 8, 8, 7 * 8));
+    assert_eq!((r.o_batch_stride, r.o_seq_stride, r.o_head_stride), (4 * 5 * 8, 8, 5 * 8));
+    let back = builder.layout(Layout::Bhsd).layout(Layout::Bshd).build().unwrap();
+    let (a, z) = (back.as_raw(), builder.build().unwrap());
+    let z = z.as_raw();
+    assert_eq!(
+        [a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.k_batch_stride, a.k_seq_stride,
+         a.k_head_stride, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, a.o_batch_stride,
+         a.o_seq_stride, a.o_head_stride],
+        [z.q_batch_stride, z.q_seq_stride, z.q_head_stride, z.k_batch_stride, z.k_seq_stride,
+         z.k_head_stride, z.v_batch_stride, z.v_seq_stride, z.v_head_stride, z.o_batch_stride,
+         z.o_seq_stride, z.o_head_stride]
+    );
+    assert_eq!(Layout::default(), Layout::Bshd);
 }

@@ -109,7 +109,7 @@ fn registry_listing_round_trips_through_names() {
         assert_eq!(k.canonical().unwrap(), *k);
         k.validate().unwrap();
     }
-    assert_eq!(flashattn::version(), "0.2.0");
+    assert_eq!(flashattn::version(), "0.3.0");
     // A config the library cannot name still displays (its fields).
     let mut f32_config = kernels[0];
     f32_config.dtype = DType::F32;

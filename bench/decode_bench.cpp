@@ -1,0 +1,302 @@
+// Decode and varlen benchmarks of the library on the GPU.
+//
+//   decode_bench decode [--batches 1,8,32,64] [--kv-lens 4096,...,131072] [--sq 1,4,16]
+//                       [--pages 0,16,64,256] [--heads 32,8] [--head-dim 128] [--splits N]
+//                       [--kernel NAME] [--iters N]
+//   decode_bench varlen [--tokens 32768] [--min-len 100] [--max-len 4000] [--kernel NAME] [--iters N]
+//   decode_bench copy                      # device-to-device copy bandwidth, the yardstick
+//
+// decode: one query row (or --sq rows, speculative decoding) per sequence against a KV cache of
+// --kv-lens rows per sequence, contiguous (page 0) or paged with shuffled pages; bf16, heads_q /
+// heads_kv query and K/V heads. Each point is a plan (workspace as the plan asks) timed over
+// --iters CUDA-event timings of 10 back-to-back launches after 3 warm-ups; the median counts. Bandwidth is the bytes a
+// kernel must move (K and V of every visible row, Q, O) over that time. CSV on stdout.
+// varlen: a batch of random lengths in [--min-len, --max-len] (seeded) summing to about --tokens,
+// causal, d 128, heads 16, against one dense batch of equal work (sequences of the mean length
+// whose sum of squared lengths matches); prints both TFLOP/s.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "flashattn.h"
+
+namespace {
+
+using bench::check;
+using bench::check_cuda;
+using bench::die;
+
+std::vector<int> parse_list(char const* text) { return bench::parse_list(text, 0); }
+
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    if (n > 0) check_cuda(cudaMalloc(&ptr, n), "cudaMalloc");
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(DeviceBuffer const&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer const&) = delete;
+  void* ptr = nullptr;
+  size_t bytes;
+};
+
+// Fills with small bf16 values (0x3C00 + noise: about 0.0078 +- a little) so softmax stays finite.
+void fill(DeviceBuffer& b) { check_cuda(cudaMemset(b.ptr, 0x3C, b.bytes), "cudaMemset"); }
+
+// Median time of one launch, over `iters` timings of kBackToBack launches each: a decode step
+// takes tens of microseconds, about as long as the host needs to issue it (plan run, forward and
+// combine kernels), so a single launch between two events would time the host's issue gap too.
+// Back to back, as in a serving loop or a CUDA graph, the launches overlap the GPU's work.
+constexpr int kBackToBack = 10;
+
+template <class Launch>
+float median_ms(Launch&& launch, int iters) {
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    check_cuda(cudaEventRecord(start), "cudaEventRecord");
+    for (int r = 0; r < kBackToBack; ++r) launch();
+    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms / kBackToBack);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Args {
+  std::vector<int> batches = {1, 8, 32, 64};
+  std::vector<int> kv_lens = {4096, 8192, 16384, 32768, 65536, 131072};
+  std::vector<int> sq = {1};
+  std::vector<int> pages = {0};
+  int heads_q = 32, heads_kv = 8, head_dim = 128, splits = 0, iters = 30;
+  std::string kernel;
+  int tokens = 32768, min_len = 100, max_len = 4000;
+};
+
+void decode(fa_context_t* ctx, Args const& a) {
+  std::printf("batch,kv_len,sq,page,splits,kernel,us,gbps\n");
+  std::mt19937 rng(7);
+  for (int page : a.pages) {
+    for (int sq : a.sq) {
+      for (int batch : a.batches) {
+        for (int len : a.kv_lens) {
+          int64_t const d = a.head_dim, hkv = a.heads_kv, hq = a.heads_q;
+          int64_t const row = hkv * d;  // elements per cache row
+          fa_config c;
+          fa_config_init(&c);
+          c.batch = batch;
+          c.seqlen_q = sq;
+          c.seqlen_k = len;
+          c.heads_q = hq;
+          c.heads_kv = hkv;
+          c.head_dim = d;
+          c.causal = sq > 1;
+          c.num_splits = a.splits;
+          int64_t rows;  // cache rows allocated
+          std::vector<int32_t> table;
+          if (page == 0) {
+            c.layout = FA_LAYOUT_KV_CACHE;
+            rows = int64_t(batch) * len;
+          } else {
+            c.layout = FA_LAYOUT_PAGED_KV;
+            int64_t const per_seq = (len + page - 1) / page;
+            c.num_pages = batch * per_seq;
+            c.page_size = page;
+            c.max_pages_per_seq = per_seq;
+            c.k_batch_stride = c.v_batch_stride = page * row;
+            c.k_seq_stride = c.v_seq_stride = row;
+            c.k_head_stride = c.v_head_stride = d;
+            rows = c.num_pages * page;
+            table.resize(size_t(c.num_pages));
+            std::iota(table.begin(), table.end(), 0);
+            std::shuffle(table.begin(), table.end(), rng);
+          }
+          size_t const kv_bytes = size_t(rows) * size_t(row) * 2;
+          DeviceBuffer q(size_t(batch) * sq * hq * d * 2), k(kv_bytes), v(kv_bytes),
+              o(size_t(batch) * sq * hq * d * 2);
+          fill(q);
+          fill(k);
+          fill(v);
+          std::vector<int32_t> lens(size_t(batch), len);
+          DeviceBuffer lens_d(lens.size() * 4), table_d(table.size() * 4);
+          check_cuda(cudaMemcpy(lens_d.ptr, lens.data(), lens_d.bytes, cudaMemcpyHostToDevice), "copy");
+          if (!table.empty()) {
+            check_cuda(cudaMemcpy(table_d.ptr, table.data(), table_d.bytes, cudaMemcpyHostToDevice), "copy");
+          }
+          fa_plan_t* plan = nullptr;
+          if (a.kernel.empty()) {
+            check(fa_plan_create(ctx, &c, &plan), "fa_plan_create");
+          } else {
+            fa_kernel_config kc;
+            fa_kernel_config_init(&kc);
+            check(fa_kernel_config_parse(a.kernel.c_str(), &kc), "--kernel");
+            check(fa_plan_create_with_kernel(ctx, &c, &kc, &plan), "fa_plan_create_with_kernel");
+          }
+          size_t ws = 0;
+          int splits = 0;
+          check(fa_plan_workspace_size(plan, &ws), "workspace");
+          check(fa_plan_num_splits(plan, &splits), "splits");
+          DeviceBuffer workspace(ws);
+          fa_run_args args;
+          fa_run_args_init(&args);
+          args.cache_seqlens = static_cast<int32_t const*>(lens_d.ptr);
+          args.block_table = table.empty() ? nullptr : static_cast<int32_t const*>(table_d.ptr);
+          args.workspace = workspace.ptr;
+          args.workspace_size = ws;
+          float const ms = median_ms([&] {
+            check(fa_plan_run_ex(plan, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, &args, nullptr), "run");
+          }, a.iters);
+          fa_kernel_config kc;
+          fa_kernel_config_init(&kc);
+          check(fa_plan_kernel(plan, &kc), "fa_plan_kernel");
+          char name[128];
+          fa_kernel_config_name(&kc, name, sizeof name, nullptr);
+          double const bytes = 2.0 * batch * double(len) * row * 2 + 2.0 * q.bytes;
+          std::printf("%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f\n", batch, len, sq, page, splits, name,
+                      ms * 1e3, bytes / (ms * 1e-3) / 1e9);
+          std::fflush(stdout);
+          fa_plan_destroy(plan);
+        }
+      }
+    }
+  }
+}
+
+// TFLOP/s of a causal forward over sequences of `lens` (varlen when more than one length).
+double varlen_tflops(fa_context_t* ctx, std::vector<int> const& lens, bool varlen, int iters,
+                     std::string const& kernel) {
+  int64_t const d = 128, h = 16;
+  int64_t const total = std::accumulate(lens.begin(), lens.end(), int64_t{0});
+  int const max_len = *std::max_element(lens.begin(), lens.end());
+  fa_config c;
+  fa_config_init(&c);
+  c.causal = 1;
+  c.heads_q = c.heads_kv = h;
+  c.head_dim = d;
+  std::vector<int32_t> cu(1, 0);
+  for (int l : lens) cu.push_back(cu.back() + l);
+  if (varlen) {
+    c.layout = FA_LAYOUT_VARLEN;
+    c.batch = int64_t(lens.size());
+    c.seqlen_q = c.seqlen_k = max_len;
+    c.total_q = c.total_k = total;
+  } else {
+    c.batch = int64_t(lens.size());
+    c.seqlen_q = c.seqlen_k = lens[0];
+  }
+  DeviceBuffer q(size_t(total) * h * d * 2), k(q.bytes), v(q.bytes), o(q.bytes), cu_d(cu.size() * 4);
+  fill(q);
+  fill(k);
+  fill(v);
+  check_cuda(cudaMemcpy(cu_d.ptr, cu.data(), cu_d.bytes, cudaMemcpyHostToDevice), "copy");
+  fa_run_args args;
+  fa_run_args_init(&args);
+  if (varlen) args.cu_seqlens_q = args.cu_seqlens_k = static_cast<int32_t const*>(cu_d.ptr);
+  fa_plan_t* plan = nullptr;
+  if (kernel.empty()) {
+    check(fa_plan_create(ctx, &c, &plan), "fa_plan_create");
+  } else {
+    fa_kernel_config kc;
+    fa_kernel_config_init(&kc);
+    check(fa_kernel_config_parse(kernel.c_str(), &kc), "--kernel");
+    check(fa_plan_create_with_kernel(ctx, &c, &kc, &plan), "fa_plan_create_with_kernel");
+  }
+  float const ms = median_ms([&] {
+    check(fa_plan_run_ex(plan, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, &args, nullptr), "run");
+  }, iters);
+  fa_plan_destroy(plan);
+  double flops = 0;
+  for (int l : lens) flops += 4.0 * h * double(l) * l * d / 2.0;
+  return flops / (ms * 1e-3) / 1e12;
+}
+
+void varlen(fa_context_t* ctx, Args const& a) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> len(a.min_len, a.max_len);
+  std::vector<int> lens;
+  int sum = 0;
+  while (sum < a.tokens) {
+    lens.push_back(std::min(len(rng), a.tokens - sum));
+    sum += lens.back();
+  }
+  // The dense batch of equal causal work: n sequences of length L with n L^2 = sum of l^2 and
+  // n L = the same tokens.
+  double sq = 0;
+  for (int l : lens) sq += double(l) * l;
+  int const dense_len = static_cast<int>(std::lround(sq / sum));
+  int const dense_batch = std::max(1, static_cast<int>(std::lround(double(sum) / dense_len)));
+  double const v = varlen_tflops(ctx, lens, true, a.iters, a.kernel);
+  double const dn = varlen_tflops(ctx, std::vector<int>(size_t(dense_batch), dense_len), false, a.iters, a.kernel);
+  std::printf("varlen,%zu sequences,%d tokens,lengths %d..%d,%.1f TFLOP/s\n", lens.size(), sum,
+              *std::min_element(lens.begin(), lens.end()), *std::max_element(lens.begin(), lens.end()), v);
+  std::printf("dense,%d x %d,%d tokens,equal work,%.1f TFLOP/s\n", dense_batch, dense_len,
+              dense_batch * dense_len, dn);
+  std::printf("ratio,%.3f\n", v / dn);
+}
+
+void copy_bandwidth(int iters) {
+  size_t const bytes = size_t(2) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  float const ms = median_ms([&] { check_cuda(cudaMemcpy(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); }, iters);
+  std::printf("copy,%.1f GB/s (read + write of %zu MiB)\n", 2.0 * bytes / (ms * 1e-3) / 1e9, bytes >> 20);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::program = "decode_bench";
+  if (argc < 2) die("usage: decode_bench decode|varlen|copy [options]");
+  std::string const mode = argv[1];
+  Args a;
+  for (int i = 2; i < argc; ++i) {
+    std::string const o = argv[i];
+    auto next = [&]() -> char const* {
+      if (i + 1 >= argc) die(o + " needs a value");
+      return argv[++i];
+    };
+    if (o == "--batches") a.batches = parse_list(next());
+    else if (o == "--kv-lens") a.kv_lens = parse_list(next());
+    else if (o == "--sq") a.sq = parse_list(next());
+    else if (o == "--pages") a.pages = parse_list(next());
+    else if (o == "--heads") {
+      std::vector<int> h = parse_list(next());
+      if (h.size() != 2) die("--heads takes heads_q,heads_kv");
+      a.heads_q = h[0];
+      a.heads_kv = h[1];
+    } else if (o == "--head-dim") a.head_dim = parse_list(next()).at(0);
+    else if (o == "--splits") a.splits = parse_list(next()).at(0);
+    else if (o == "--kernel") a.kernel = next();
+    else if (o == "--iters") a.iters = parse_list(next()).at(0);
+    else if (o == "--tokens") a.tokens = parse_list(next()).at(0);
+    else if (o == "--min-len") a.min_len = parse_list(next()).at(0);
+    else if (o == "--max-len") a.max_len = parse_list(next()).at(0);
+    else die("unknown option " + o);
+  }
+  if (mode == "copy") {
+    copy_bandwidth(a.iters);
+    return 0;
+  }
+  fa_context_t* ctx = nullptr;
+  check(fa_context_create(0, &ctx), "fa_context_create");
+  if (mode == "decode") decode(ctx, a);
+  else if (mode == "varlen") varlen(ctx, a);
+  else die("unknown mode " + mode);
+  fa_context_destroy(ctx);
+  return 0;
+}

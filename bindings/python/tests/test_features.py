@@ -1,0 +1,207 @@
+"""The inference features through the Python package (CPU backend in CI; the same tests run on
+PyTorch CUDA tensors on a GPU machine through conftest's array parametrisation where present):
+masks and biases in forward(), forward_varlen(), forward_kvcache() (contiguous and paged),
+merge_states(), against a float64 reference written from the features' definitions."""
+import numpy as np
+import pytest
+
+import flashattn
+
+
+def reference(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, slopes=None,
+              sinks=None):
+    """float64 attention of one sequence: q (sq, hq, d), k/v (sk, hkv, d); returns o, lse."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    sq, hq, d = q.shape
+    sk, hkv, _ = k.shape
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    o = np.zeros((sq, hq, d))
+    lse = np.full((hq, sq), -np.inf)
+    for h in range(hq):
+        g = h // (hq // hkv)
+        s = q[:, h] @ k[:, g].T * scale
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        diag = np.arange(sq)[:, None] + sk - sq
+        j = np.arange(sk)[None, :]
+        if slopes is not None:
+            s = s - slopes[h] * np.abs(diag - j)
+        visible = np.ones((sq, sk), bool)
+        if causal:
+            visible &= j <= diag
+        if window[0] >= 0:
+            visible &= j >= diag - window[0]
+        if window[1] >= 0:
+            visible &= j <= diag + window[1]
+        s = np.where(visible, s, -np.inf)
+        top = s.max(axis=1) if sk else np.full(sq, -np.inf)
+        if sinks is not None:
+            top = np.maximum(top, sinks[h])
+        safe = np.where(np.isfinite(top), top, 0.0)
+        p = np.exp(s - safe[:, None])
+        total = p.sum(axis=1) + (np.exp(sinks[h] - safe) if sinks is not None else 0.0)
+        o[:, h] = np.where(total[:, None] > 0, p @ v[:, g] / np.where(total > 0, total, 1)[:, None], 0)
+        lse[h] = np.where(total > 0, safe + np.log(np.where(total > 0, total, 1)), -np.inf)
+    return o, lse
+
+
+def rand(rng, *shape):
+    x = rng.uniform(1 / 64, 1, shape) * rng.choice([-1, 1], shape)
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("window,softcap,alibi,sinks,scale", [
+    ((37, 5), 0.0, False, False, None),
+    ((64, -1), 0.0, False, False, None),
+    ((-1, -1), 2.5, False, False, 1.0),
+    ((-1, -1), 0.0, True, False, None),
+    ((-1, -1), 0.0, False, True, None),
+    ((50, 20), 5.0, True, True, -0.1),
+])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_masks_and_biases(window, softcap, alibi, sinks, scale, causal):
+    rng = np.random.default_rng(3)
+    q, k, v = rand(rng, 2, 33, 8, 64), rand(rng, 2, 70, 2, 64), rand(rng, 2, 70, 2, 64)
+    slopes = rng.uniform(0.01, 0.3, 8).astype(np.float32) if alibi else None
+    sink = rng.uniform(-1, 2, 8).astype(np.float32) if sinks else None
+    o, lse = flashattn.forward(q, k, v, causal=causal, softmax_scale=scale, window=window,
+                               softcap=softcap, alibi_slopes=slopes, sinks=sink, return_lse=True)
+    for b in range(2):
+        ro, rl = reference(q[b], k[b], v[b], causal=causal, scale=scale, window=window,
+                           softcap=softcap, slopes=slopes, sinks=sink)
+        np.testing.assert_allclose(o[b], ro, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(lse[b], rl, atol=2e-4)
+
+
+def test_alibi_slopes_per_batch_and_bad_shape():
+    rng = np.random.default_rng(4)
+    q, k, v = rand(rng, 2, 5, 4, 32), rand(rng, 2, 9, 4, 32), rand(rng, 2, 9, 4, 32)
+    slopes = rng.uniform(0.01, 0.3, (2, 4)).astype(np.float32)
+    o = flashattn.forward(q, k, v, alibi_slopes=slopes)
+    for b in range(2):
+        np.testing.assert_allclose(o[b], reference(q[b], k[b], v[b], slopes=slopes[b])[0],
+                                   atol=2e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="alibi_slopes has shape"):
+        flashattn.forward(q, k, v, alibi_slopes=np.ascontiguousarray(slopes[:, :3]))
+
+
+def test_forward_varlen_matches_per_sequence_reference():
+    rng = np.random.default_rng(5)
+    lens_q, lens_k = [17, 0, 40, 1], [33, 12, 40, 0]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q, k, v = rand(rng, cu_q[-1], 4, 64), rand(rng, cu_k[-1], 2, 64), rand(rng, cu_k[-1], 2, 64)
+    sink = rng.uniform(-1, 2, 4).astype(np.float32)
+    o, lse = flashattn.forward_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=40, max_seqlen_k=40,
+                                      causal=True, window=(20, -1), sinks=sink, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (4, cu_q[-1])
+    for b in range(4):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        ro, rl = reference(q[qs], k[ks], v[ks], causal=True, window=(20, -1), sinks=sink)
+        np.testing.assert_allclose(o[qs], ro, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(lse[:, qs], rl, atol=2e-4)
+
+
+def test_forward_varlen_malformed_offsets_raise():
+    q = np.ones((5, 2, 16), np.float32)
+    cu = np.array([0, 6, 5], np.int32)
+    with pytest.raises(flashattn.InvalidArgumentError, match="cu_seqlens_q"):
+        flashattn.forward_varlen(q, q, q, cu, np.array([0, 2, 5], np.int32), max_seqlen_q=6,
+                                 max_seqlen_k=6)
+
+
+@pytest.mark.parametrize("page_size", [None, 1, 3, 16])
+@pytest.mark.parametrize("sq", [1, 4])
+def test_forward_kvcache(page_size, sq):
+    rng = np.random.default_rng(6)
+    batch, hq, hkv, d, capacity = 3, 8, 2, 64, 50
+    lens = np.array([50, 7, sq], np.int32)
+    q = rand(rng, batch, sq, hq, d)
+    k_dense, v_dense = rand(rng, batch, capacity, hkv, d), rand(rng, batch, capacity, hkv, d)
+    table = None
+    if page_size is None:
+        k_cache, v_cache = k_dense, v_dense
+    else:
+        per_seq = -(-capacity // page_size)
+        order = rng.permutation(batch * per_seq).astype(np.int32)
+        table = order.reshape(batch, per_seq)
+        k_cache = np.zeros((batch * per_seq, page_size, hkv, d), np.float32)
+        v_cache = np.zeros_like(k_cache)
+        for b in range(batch):
+            for j in range(capacity):
+                page, row = table[b, j // page_size], j % page_size
+                k_cache[page, row], v_cache[page, row] = k_dense[b, j], v_dense[b, j]
+    slopes = rng.uniform(0.01, 0.3, hq).astype(np.float32)
+    o, lse = flashattn.forward_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=table,
+                                       causal=sq > 1, alibi_slopes=slopes, num_splits=3,
+                                       return_lse=True)
+    for b in range(batch):
+        n = lens[b]
+        ro, rl = reference(q[b], k_dense[b, :n], v_dense[b, :n], causal=sq > 1, slopes=slopes)
+        np.testing.assert_allclose(o[b], ro, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(lse[b], rl, atol=2e-4)
+
+
+def test_forward_kvcache_bad_page_is_refused():
+    q = np.ones((1, 1, 2, 16), np.float32)
+    cache = np.ones((4, 2, 2, 16), np.float32)
+    with pytest.raises(flashattn.InvalidArgumentError, match="block_table"):
+        flashattn.forward_kvcache(q, cache, cache, cache_seqlens=np.array([3], np.int32),
+                                  block_table=np.array([[0, 9]], np.int32))
+
+
+def test_merge_states_equals_attention_over_the_union():
+    rng = np.random.default_rng(7)
+    q, k, v = rand(rng, 2, 9, 4, 32), rand(rng, 2, 60, 4, 32), rand(rng, 2, 60, 4, 32)
+    whole, lse = flashattn.forward(q, k, v, return_lse=True)
+    a, la = flashattn.forward(q, k[:, :25], v[:, :25], return_lse=True)
+    b, lb = flashattn.forward(q, k[:, 25:], v[:, 25:], return_lse=True)
+    o, l = flashattn.merge_states(a, la, b, lb)
+    np.testing.assert_allclose(o, whole, atol=2e-6, rtol=1e-5)
+    np.testing.assert_allclose(l, lse, atol=2e-5)
+    o2, l2 = flashattn.merge_states(a, la, b, lb, out=(a, la))  # in place
+    assert o2 is a and l2 is la
+    np.testing.assert_allclose(a, whole, atol=2e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="lse_b"):
+        flashattn.merge_states(a, la, b, lb[:, :, :3])
+
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch
+
+
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_kvcache_varlen_merge_on_torch_cuda(page_size):
+    torch = _torch_cuda()
+    rng = np.random.default_rng(8)
+    batch, hq, hkv, d, capacity = 4, 32, 8, 128, 3008  # whole pages of 16
+    lens = np.array([3000, 17, 1200, 1], np.int32)
+    q = rand(rng, batch, 1, hq, d)
+    k_dense, v_dense = rand(rng, batch, capacity, hkv, d), rand(rng, batch, capacity, hkv, d)
+    sink = rng.uniform(-1, 2, hq).astype(np.float32)
+    expected, expected_lse = flashattn.forward_kvcache(q, k_dense, v_dense, cache_seqlens=lens,
+                                                       sinks=sink, return_lse=True)
+    if page_size is None:
+        k_cache, v_cache, table = k_dense, v_dense, None
+    else:
+        per_seq = -(-capacity // page_size)
+        table = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
+        k_cache = np.zeros((batch * per_seq, page_size, hkv, d), np.float32)
+        v_cache = np.zeros_like(k_cache)
+        for b in range(batch):
+            pages = table[b]
+            k_cache[pages] = k_dense[b].reshape(per_seq, page_size, hkv, d)
+            v_cache[pages] = v_dense[b].reshape(per_seq, page_size, hkv, d)
+    cuda = lambda x, dtype=torch.bfloat16: torch.from_numpy(x).to("cuda", dtype)
+    args = dict(cache_seqlens=cuda(lens, torch.int32), sinks=cuda(sink, torch.float32),
+                return_lse=True)
+    if table is not None:
+        args["block_table"] = cuda(table, torch.int32)
+    o, lse = flashattn.forward_kvcache(cuda(q), cuda(k_cache), cuda(v_cache), **args)
+    torch.cuda.synchronize()
+    # bf16 inputs against the fp32 CPU result: the inputs' own rounding dominates.
+    np.testing.assert_allclose(o.float().cpu().numpy(), expected, atol=2e-2)
+    np.testing.assert_allclose(lse.cpu().numpy(), expected_lse, atol=2e-2)

@@ -1,0 +1,188 @@
+// The split-KV combine kernel and fa_merge_states' kernel: both merge partial attention results
+// (O_s, LSE_s) over disjoint key sets with weights exp(LSE_s - LSE), LSE = log sum_s exp(LSE_s).
+#include "cuda/combine.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda/ptx.cuh"
+
+namespace fa::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxSplits = 256;  // fa_config.num_splits' bound
+
+}  // namespace
+
+int64_t warp_blocks(int64_t items);
+
+namespace {
+
+template <class T>
+__device__ __forceinline__ T from_float(float x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return x;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float to_float(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return static_cast<float>(x);
+  }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int m = 16; m > 0; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// One warp per (row, head): the splits' LSEs give the weights (kept in shared memory), then each
+// lane accumulates 4 adjacent columns of sum_s w_s O_s per 128-column step (head_dim is a
+// multiple of 8, so float4 loads of the fp32 partials stay aligned when d % 4 == 0).
+template <class T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(__grid_constant__ ForwardParams const p, int head_dim) {
+  __shared__ float weights[kWarpsPerBlock][kMaxSplits];
+  // Launched as a programmatic dependent of the split forward kernel (sm_90): it may start while
+  // that kernel's last blocks run, and waits here until their partials are written.
+  ptx::wait_for_prior_grids();
+  int const warp = threadIdx.x / 32;
+  int const lane = threadIdx.x % 32;
+  int64_t const item = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  if (item >= int64_t(p.partial_rows) * p.heads_q) return;  // uniform per warp
+  int64_t const row = item / p.heads_q;
+  int const head = static_cast<int>(item % p.heads_q);
+  int const splits = p.num_splits;
+
+  float top = -INFINITY;
+  for (int s = lane; s < splits; s += 32) {
+    top = fmaxf(top, p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row]);
+  }
+  top = warp_max(top);
+  float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
+  float const m = fmaxf(top, sink);
+  float sum = 0.f;
+  if (m != -INFINITY) {
+    for (int s = lane; s < splits; s += 32) {
+      float const e = __expf(p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row] - m);
+      weights[warp][s] = e;
+      sum += e;
+    }
+  }
+  sum = warp_sum(sum) + (sink != -INFINITY ? __expf(sink - m) : 0.f);
+  __syncwarp();
+  float const inv = sum > 0.f ? 1.f / sum : 0.f;
+  float const lse = sum > 0.f ? m + logf(sum) : -INFINITY;
+
+  int64_t o_at, lse_at;
+  if (p.layout == kLayoutVarlen) {
+    o_at = row * p.o_seq_stride + head * p.o_head_stride;
+    lse_at = int64_t(head) * p.total_q + row;
+  } else {
+    int64_t const b = row / p.seqlen_q, i = row % p.seqlen_q;
+    o_at = b * p.o_batch_stride + i * p.o_seq_stride + head * p.o_head_stride;
+    lse_at = (b * p.heads_q + head) * p.seqlen_q + i;
+  }
+  if (p.lse != nullptr && lane == 0) p.lse[lse_at] = lse;
+  T* out = static_cast<T*>(p.o) + o_at;
+  for (int c = lane * 4; c < head_dim; c += 128) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (sum > 0.f) {
+      for (int s = 0; s < splits; ++s) {
+        float const w = weights[warp][s];
+        if (w == 0.f) continue;
+        float4 const x = *reinterpret_cast<float4 const*>(
+            p.o_partial + ((int64_t(s) * p.partial_rows + row) * p.heads_q + head) * head_dim + c);
+        acc.x += w * x.x;
+        acc.y += w * x.y;
+        acc.z += w * x.z;
+        acc.w += w * x.w;
+      }
+    }
+    out[c] = from_float<T>(acc.x * inv);
+    out[c + 1] = from_float<T>(acc.y * inv);
+    out[c + 2] = from_float<T>(acc.z * inv);
+    out[c + 3] = from_float<T>(acc.w * inv);
+  }
+}
+
+// One warp per (batch, row, head) of fa_merge_states.
+template <class T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) merge_kernel(__grid_constant__ MergeParams const p) {
+  int const warp = threadIdx.x / 32;
+  int const lane = threadIdx.x % 32;
+  int64_t const item = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  if (item >= p.batch * p.seqlen * p.heads) return;
+  int64_t const h = item % p.heads;
+  int64_t const i = (item / p.heads) % p.seqlen;
+  int64_t const b = item / (p.heads * p.seqlen);
+  int64_t const li = (b * p.heads + h) * p.seqlen + i;
+  float const la = p.lse_a[li], lb = p.lse_b[li];
+  float const top = fmaxf(la, lb);
+  float const wa = top == -INFINITY ? 0.f : __expf(la - top);
+  float const wb = top == -INFINITY ? 0.f : __expf(lb - top);
+  float const sum = wa + wb;
+  float const inv = sum > 0.f ? 1.f / sum : 0.f;
+  int64_t const oi = b * p.o_batch_stride + i * p.o_seq_stride + h * p.o_head_stride;
+  T const* a = static_cast<T const*>(p.o_a) + oi;
+  T const* bb = static_cast<T const*>(p.o_b) + oi;
+  T* out = static_cast<T*>(p.o) + oi;
+  // Each lane reads its own columns before writing them, so o may be o_a or o_b.
+  for (int64_t c = lane; c < p.head_dim; c += 32) {
+    float const x = (wa * to_float(a[c]) + wb * to_float(bb[c])) * inv;
+    out[c] = from_float<T>(x);
+  }
+  __syncwarp();
+  if (lane == 0) p.lse[li] = sum > 0.f ? top + logf(sum) : -INFINITY;
+}
+
+template <class Kernel, class... Args>
+cudaError_t launch(Kernel kernel, int64_t items, bool programmatic, cudaStream_t stream,
+                   Args const&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(warp_blocks(items)));
+  config.blockDim = dim3(kWarpsPerBlock * 32);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+}  // namespace
+
+int64_t warp_blocks(int64_t items) { return (items + kWarpsPerBlock - 1) / kWarpsPerBlock; }
+
+cudaError_t launch_combine(ForwardParams const& params, DType dtype, int head_dim,
+                           bool programmatic, cudaStream_t stream) {
+  int64_t const items = int64_t(params.partial_rows) * params.heads_q;
+  return dtype == DType::kFP16
+             ? launch(combine_kernel<__half>, items, programmatic, stream, params, head_dim)
+             : launch(combine_kernel<__nv_bfloat16>, items, programmatic, stream, params, head_dim);
+}
+
+cudaError_t launch_merge(MergeParams const& params, DType dtype, cudaStream_t stream) {
+  int64_t const items = params.batch * params.seqlen * params.heads;
+  return dtype == DType::kFP16 ? launch(merge_kernel<__half>, items, false, stream, params)
+                               : launch(merge_kernel<__nv_bfloat16>, items, false, stream, params);
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,333 @@
+// Test cases for the inference features (masks and biases, varlen batches, KV caches, paged KV,
+// split-KV): a case description, its host data, a float64 reference written from the features'
+// definitions in flashattn.h, and the comparison. Shared by the CPU and GPU tests. Only the public
+// header and reference.hpp's dtype helpers are used, so the library's own addressing cannot hide
+// in the yardstick.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "flashattn.h"
+
+namespace fa_test {
+
+struct FeatureCase {
+  int dtype = FA_DTYPE_BF16;
+  int layout = FA_LAYOUT_DENSE;
+  int64_t heads_q = 4;
+  int64_t heads_kv = 2;
+  int64_t head_dim = 64;
+  // Per sequence. Dense: every entry equal; caches: every sq equal. Caches: sk is the visible
+  // length (cache_seqlens);
+  // the capacity is the longest plus capacity_extra rows that must never be read.
+  std::vector<int64_t> sq{17};
+  std::vector<int64_t> sk{33};
+  int64_t capacity_extra = 5;
+  bool causal = false;
+  bool window = false;
+  int64_t left = -1;
+  int64_t right = -1;
+  float softcap = 0.0f;
+  int alibi = FA_ALIBI_NONE;
+  bool sinks = false;
+  int64_t page_size = 0;  // paged layout
+  int num_splits = 0;
+  float scale = 0.0f;
+
+  int64_t batch() const { return static_cast<int64_t>(sq.size()); }
+  int64_t max_sq() const { return *std::max_element(sq.begin(), sq.end()); }
+  int64_t max_sk() const { return *std::max_element(sk.begin(), sk.end()); }
+  bool cache() const { return layout == FA_LAYOUT_KV_CACHE || layout == FA_LAYOUT_PAGED_KV; }
+  int64_t capacity() const { return cache() ? max_sk() + capacity_extra : max_sk(); }
+  int64_t total_q() const { return std::accumulate(sq.begin(), sq.end(), int64_t{0}); }
+  int64_t total_k() const { return std::accumulate(sk.begin(), sk.end(), int64_t{0}); }
+  double effective_scale() const {
+    return scale != 0.0f ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  }
+};
+
+inline std::string describe(const FeatureCase& c) {
+  std::ostringstream s;
+  s << "dtype " << c.dtype << " layout " << c.layout << " heads " << c.heads_q << '/' << c.heads_kv
+    << " d " << c.head_dim << " sq [";
+  for (int64_t x : c.sq) s << x << ' ';
+  s << "] sk [";
+  for (int64_t x : c.sk) s << x << ' ';
+  s << "] causal " << c.causal << " window " << c.window << " (" << c.left << ", " << c.right
+    << ") softcap " << c.softcap << " alibi " << c.alibi << " sinks " << c.sinks << " page "
+    << c.page_size << " splits " << c.num_splits << " scale " << c.scale;
+  return s.str();
+}
+
+// Host data of one case: packed tensors (q, o by the layout's rows; k, v as the layout stores
+// them), index tensors, slopes, sinks, and the config.
+struct FeatureData {
+  FeatureCase c;
+  fa_config config{};
+  std::vector<unsigned char> q, k, v, o;
+  std::vector<float> lse;
+  std::vector<int32_t> cu_q, cu_k, cache_seqlens, block_table;
+  std::vector<float> slopes, sinks;
+  int64_t q_rows = 0;  // rows of q/o (batch * max_sq, or total_q)
+  int64_t k_rows = 0;  // rows of k/v (batch * capacity, total_k, or num_pages * page_size)
+
+  // Element index of q/o row (b, i), head h, column 0.
+  int64_t q_index(int64_t b, int64_t i, int64_t h) const {
+    const int64_t row = c.layout == FA_LAYOUT_VARLEN ? cu_q[static_cast<size_t>(b)] + i
+                                                     : b * c.max_sq() + i;
+    return (row * c.heads_q + h) * c.head_dim;
+  }
+  // Element index of key row j of sequence b, K/V head g, column 0.
+  int64_t k_index(int64_t b, int64_t j, int64_t g) const {
+    int64_t row = 0;
+    switch (c.layout) {
+      case FA_LAYOUT_VARLEN:
+        row = cu_k[static_cast<size_t>(b)] + j;
+        break;
+      case FA_LAYOUT_PAGED_KV: {
+        const int64_t pages = config.max_pages_per_seq;
+        const int32_t page = block_table[static_cast<size_t>(b * pages + j / c.page_size)];
+        row = page * c.page_size + j % c.page_size;
+        break;
+      }
+      default:
+        row = b * c.capacity() + j;
+    }
+    return (row * c.heads_kv + g) * c.head_dim;
+  }
+  int64_t lse_index(int64_t b, int64_t h, int64_t i) const {
+    return c.layout == FA_LAYOUT_VARLEN ? h * c.total_q() + cu_q[static_cast<size_t>(b)] + i
+                                        : (b * c.heads_q + h) * c.max_sq() + i;
+  }
+  fa_run_args args(const void* cu_q_p, const void* cu_k_p, const void* cache_p, const void* table_p,
+                   const void* slopes_p, const void* sinks_p) const {
+    fa_run_args a;
+    fa_run_args_init(&a);
+    a.cu_seqlens_q = static_cast<const int32_t*>(cu_q_p);
+    a.cu_seqlens_k = static_cast<const int32_t*>(cu_k_p);
+    a.cache_seqlens = static_cast<const int32_t*>(cache_p);
+    a.block_table = static_cast<const int32_t*>(table_p);
+    a.alibi_slopes = static_cast<const float*>(slopes_p);
+    a.sinks = static_cast<const float*>(sinks_p);
+    return a;
+  }
+  // fa_run_args pointing at the host vectors (NULL where empty).
+  fa_run_args host_args() const {
+    auto ptr = [](const auto& v) -> const void* { return v.empty() ? nullptr : v.data(); };
+    return args(ptr(cu_q), ptr(cu_k), ptr(cache_seqlens), ptr(block_table), ptr(slopes), ptr(sinks));
+  }
+};
+
+inline std::vector<unsigned char> random_bytes(int dtype, int64_t n, uint64_t seed) {
+  std::vector<unsigned char> buf(static_cast<size_t>(n) * dtype_bytes(dtype));
+  fill_random(dtype, buf.data(), n, seed);
+  return buf;
+}
+
+inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
+  FeatureData d;
+  d.c = c;
+  const int64_t B = c.batch(), D = c.head_dim;
+  std::mt19937_64 rng(seed);
+  fa_config& f = d.config;
+  fa_config_init(&f);
+  f.dtype = c.dtype;
+  f.layout = c.layout;
+  f.causal = c.causal ? 1 : 0;
+  f.batch = B;
+  f.seqlen_q = c.max_sq();
+  f.seqlen_k = c.capacity();
+  f.heads_q = c.heads_q;
+  f.heads_kv = c.heads_kv;
+  f.head_dim = D;
+  f.softmax_scale = c.scale;
+  f.window = c.window ? 1 : 0;
+  f.window_left = c.window ? c.left : 0;
+  f.window_right = c.window ? c.right : 0;
+  f.softcap = c.softcap;
+  f.alibi = c.alibi;
+  f.sinks = c.sinks ? 1 : 0;
+  f.num_splits = c.num_splits;
+
+  if (c.layout == FA_LAYOUT_VARLEN) {
+    d.cu_q.assign(1, 0);
+    d.cu_k.assign(1, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      d.cu_q.push_back(static_cast<int32_t>(d.cu_q.back() + c.sq[static_cast<size_t>(b)]));
+      d.cu_k.push_back(static_cast<int32_t>(d.cu_k.back() + c.sk[static_cast<size_t>(b)]));
+    }
+    d.q_rows = std::max<int64_t>(c.total_q(), 1);
+    d.k_rows = std::max<int64_t>(c.total_k(), 1);
+    f.total_q = d.q_rows;
+    f.total_k = d.k_rows;
+  } else {
+    d.q_rows = B * c.max_sq();
+    d.k_rows = B * c.capacity();
+  }
+  if (c.cache()) {
+    for (int64_t x : c.sk) d.cache_seqlens.push_back(static_cast<int32_t>(x));
+  }
+  if (c.layout == FA_LAYOUT_PAGED_KV) {
+    const int64_t per_seq = (c.capacity() + c.page_size - 1) / c.page_size;
+    const int64_t pages = B * per_seq + 2;  // two pages no sequence owns
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    d.block_table.resize(static_cast<size_t>(B * per_seq));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t used = (c.sk[static_cast<size_t>(b)] + c.page_size - 1) / c.page_size;
+      for (int64_t i = 0; i < per_seq; ++i) {
+        // Entries past the visible rows are padding a kernel must not follow.
+        d.block_table[static_cast<size_t>(b * per_seq + i)] =
+            i < used ? order[static_cast<size_t>(b * per_seq + i)] : -1;
+      }
+    }
+    f.num_pages = pages;
+    f.page_size = c.page_size;
+    f.max_pages_per_seq = per_seq;
+    d.k_rows = pages * c.page_size;
+    f.k_batch_stride = f.v_batch_stride = c.page_size * c.heads_kv * D;
+    f.k_seq_stride = f.v_seq_stride = c.heads_kv * D;
+    f.k_head_stride = f.v_head_stride = D;
+  }
+  if (c.layout == FA_LAYOUT_VARLEN) {
+    for (int64_t* s : {&f.q_seq_stride, &f.o_seq_stride}) *s = c.heads_q * D;
+    for (int64_t* s : {&f.k_seq_stride, &f.v_seq_stride}) *s = c.heads_kv * D;
+    for (int64_t* s : {&f.q_head_stride, &f.k_head_stride, &f.v_head_stride, &f.o_head_stride}) *s = D;
+  }
+  d.q = random_bytes(c.dtype, d.q_rows * c.heads_q * D, seed + 1);
+  d.k = random_bytes(c.dtype, d.k_rows * c.heads_kv * D, seed + 2);
+  d.v = random_bytes(c.dtype, d.k_rows * c.heads_kv * D, seed + 3);
+  d.o.resize(static_cast<size_t>(d.q_rows * c.heads_q * D) * dtype_bytes(c.dtype));
+  poison(c.dtype, d.o.data(), d.q_rows * c.heads_q * D);
+  d.lse.resize(static_cast<size_t>(d.q_rows * c.heads_q));
+  poison_lse(d.lse.data(), static_cast<int64_t>(d.lse.size()));
+  std::uniform_real_distribution<float> slope(0.01f, 0.3f), sink(-1.0f, 2.0f);
+  if (c.alibi != FA_ALIBI_NONE) {
+    d.slopes.resize(static_cast<size_t>(c.alibi == FA_ALIBI_PER_BATCH ? B * c.heads_q : c.heads_q));
+    for (float& x : d.slopes) x = slope(rng);
+  }
+  if (c.sinks) {
+    d.sinks.resize(static_cast<size_t>(c.heads_q));
+    for (float& x : d.sinks) x = sink(rng);
+  }
+  return d;
+}
+
+struct FeatureReference {
+  std::vector<double> o;    // [q_rows, heads_q, head_dim] like the output
+  std::vector<double> lse;  // like the lse output
+};
+
+// Attention in float64 from the definitions in flashattn.h.
+inline FeatureReference feature_reference(const FeatureData& d) {
+  const FeatureCase& c = d.c;
+  const int64_t D = c.head_dim, group = c.heads_q / c.heads_kv;
+  const double scale = c.effective_scale();
+  FeatureReference r;
+  r.o.assign(static_cast<size_t>(d.q_rows * c.heads_q * D), 0.0);
+  r.lse.assign(d.lse.size(), -kInf);
+  auto decode = [&](const std::vector<unsigned char>& buf) {
+    std::vector<double> out(buf.size() / dtype_bytes(c.dtype));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = load_elem(c.dtype, buf.data(), static_cast<int64_t>(i));
+    return out;
+  };
+  const std::vector<double> q = decode(d.q), k = decode(d.k), v = decode(d.v);
+  std::vector<double> p;
+  for (int64_t b = 0; b < c.batch(); ++b) {
+    const int64_t sq = c.sq[static_cast<size_t>(b)], sk = c.sk[static_cast<size_t>(b)];
+    for (int64_t h = 0; h < c.heads_q; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t diag = i + sk - sq;
+        const int64_t qi = d.q_index(b, i, h);
+        p.assign(static_cast<size_t>(sk), -kInf);
+        double top = c.sinks ? d.sinks[static_cast<size_t>(h)] : -kInf;
+        for (int64_t j = 0; j < sk; ++j) {
+          bool visible = !c.causal || j <= diag;
+          if (c.window && c.left >= 0 && j < diag - c.left) visible = false;
+          if (c.window && c.right >= 0 && j > diag + c.right) visible = false;
+          if (!visible) continue;
+          const int64_t kj = d.k_index(b, j, g);
+          double s = 0.0;
+          for (int64_t x = 0; x < D; ++x) {
+            s += q[static_cast<size_t>(qi + x)] * k[static_cast<size_t>(kj + x)];
+          }
+          s *= scale;
+          if (c.softcap > 0.0f) s = c.softcap * std::tanh(s / c.softcap);
+          if (c.alibi != FA_ALIBI_NONE) {
+            const double m = d.slopes[static_cast<size_t>(
+                c.alibi == FA_ALIBI_PER_BATCH ? b * c.heads_q + h : h)];
+            s -= m * static_cast<double>(std::llabs(diag - j));
+          }
+          p[static_cast<size_t>(j)] = s;
+          top = std::max(top, s);
+        }
+        const int64_t oi = d.q_index(b, i, h);
+        if (top == -kInf) continue;  // nothing visible, no sink: O = 0, LSE = -inf
+        double sum = c.sinks ? std::exp(d.sinks[static_cast<size_t>(h)] - top) : 0.0;
+        for (double& x : p) {
+          x = x == -kInf ? 0.0 : std::exp(x - top);
+          sum += x;
+        }
+        for (int64_t j = 0; j < sk; ++j) {
+          const double w = p[static_cast<size_t>(j)] / sum;
+          if (w == 0.0) continue;
+          const int64_t vj = d.k_index(b, j, g);
+          for (int64_t x = 0; x < D; ++x) {
+            r.o[static_cast<size_t>(oi + x)] += w * v[static_cast<size_t>(vj + x)];
+          }
+        }
+        r.lse[static_cast<size_t>(d.lse_index(b, h, i))] = top + std::log(sum);
+      }
+    }
+  }
+  return r;
+}
+
+struct FeatureErrors {
+  double o_max = 0.0;     // largest |o - ref| over the rows the case defines
+  double lse_max = 0.0;   // largest |lse - ref| (matching infinities count 0)
+  int64_t bad = 0;        // elements that are NaN, or where an infinity does not match
+};
+
+// Compares o and lse (host copies laid out as in `d`) with the reference over every row of
+// every sequence.
+inline FeatureErrors compare_features(const FeatureData& d, const void* o, const float* lse,
+                                      const FeatureReference& r) {
+  const FeatureCase& c = d.c;
+  FeatureErrors e;
+  for (int64_t b = 0; b < c.batch(); ++b) {
+    for (int64_t h = 0; h < c.heads_q; ++h) {
+      for (int64_t i = 0; i < c.sq[static_cast<size_t>(b)]; ++i) {
+        const int64_t oi = d.q_index(b, i, h);
+        for (int64_t x = 0; x < c.head_dim; ++x) {
+          const double got = load_elem(c.dtype, o, oi + x);
+          if (std::isnan(got)) {
+            ++e.bad;
+            continue;
+          }
+          e.o_max = std::max(e.o_max, std::fabs(got - r.o[static_cast<size_t>(oi + x)]));
+        }
+        const auto li = static_cast<size_t>(d.lse_index(b, h, i));
+        const double got = lse[li], want = r.lse[li];
+        if (std::isinf(want) || std::isinf(got) || std::isnan(got)) {
+          if (got != want) ++e.bad;
+        } else {
+          e.lse_max = std::max(e.lse_max, std::fabs(got - want));
+        }
+      }
+    }
+  }
+  return e;
+}
+
+}  // namespace fa_test

@@ -1,0 +1,336 @@
+// The inference features on the CPU backend (the oracle the GPU kernels are tested against):
+// masks and biases, varlen batches, KV caches (contiguous and paged), split counts, merge_states,
+// malformed index tensors, overlapping outputs, and callers built against the 0.2 fa_config.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/feature_cases.hpp"
+#include "common/features.hpp"
+#include "flashattn.h"
+
+namespace {
+
+using fa_test::FeatureCase;
+using fa_test::FeatureData;
+
+// The CPU backend computes in fp32 and rounds O once: errors are the dtype's half ulp (at most
+// 2^-9 = 0.002 for bf16 outputs below 1) plus fp32 rounding. The smallest effect a wrong mask,
+// bias or sink has on O is far larger: inputs are at least 1/64 in magnitude.
+double o_bound(int dtype) { return dtype == FA_DTYPE_BF16 ? 4e-3 : dtype == FA_DTYPE_FP16 ? 6e-4 : 2e-5; }
+constexpr double kLseBound = 2e-4;
+
+struct Cpu {
+  Cpu() { REQUIRE(fa_context_create(FA_DEVICE_CPU, &ctx) == FA_STATUS_SUCCESS); }
+  ~Cpu() { fa_context_destroy(ctx); }
+  Cpu(const Cpu&) = delete;
+  Cpu& operator=(const Cpu&) = delete;
+  fa_context_t* ctx = nullptr;
+};
+
+void run_and_check(const Cpu& cpu, FeatureData& d) {
+  const fa_run_args args = d.host_args();
+  const fa_status s = fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(),
+                                    d.o.data(), d.lse.data(), &args, nullptr);
+  INFO(fa_test::describe(d.c) << ": " << fa_last_error_detail());
+  REQUIRE(s == FA_STATUS_SUCCESS);
+  const fa_test::FeatureErrors e =
+      fa_test::compare_features(d, d.o.data(), d.lse.data(), fa_test::feature_reference(d));
+  INFO("o max err " << e.o_max << ", lse max err " << e.lse_max << ", bad " << e.bad);
+  CHECK(e.bad == 0);
+  CHECK(e.o_max <= o_bound(d.c.dtype));
+  CHECK(e.lse_max <= kLseBound);
+}
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+
+TEST_CASE("every inference feature, alone and combined, matches the float64 reference") {
+  Cpu cpu;
+  uint64_t seed = 1000;
+  int n = 0;
+  for (int dtype : {FA_DTYPE_BF16, FA_DTYPE_FP32}) {
+    for (const FeatureCase& c : fa_test::feature_cases(dtype, 64, 301)) {
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      run_and_check(cpu, d);
+      ++n;
+    }
+  }
+  MESSAGE(n << " feature cases checked");
+}
+
+TEST_CASE("fp16 and odd head dims take the features too") {
+  Cpu cpu;
+  for (int64_t dim : {1, 40, 96}) {
+    FeatureCase c;
+    c.dtype = FA_DTYPE_FP16;
+    c.head_dim = dim;
+    c.layout = FA_LAYOUT_PAGED_KV;
+    c.page_size = 3;
+    c.sq = {4, 4};  // a cache's queries are dense: one length for every sequence
+    c.sk = {50, 9};
+    c.causal = true;
+    c.window = true;
+    c.left = 10;
+    c.right = -1;
+    c.softcap = 3.0f;
+    c.alibi = FA_ALIBI_PER_HEAD;
+    c.sinks = true;
+    FeatureData d = fa_test::make_feature_data(c, 77 + static_cast<uint64_t>(dim));
+    run_and_check(cpu, d);
+  }
+}
+
+TEST_CASE("a row that sees no key gets O = 0 and LSE -inf, or the sink's logit") {
+  Cpu cpu;
+  FeatureCase c;
+  c.sq = {8};
+  c.sk = {4};
+  c.causal = true;  // bottom-right aligned: rows 0 to 3 sit before the first key
+  c.window = true;
+  c.left = 2;
+  c.right = -1;
+  for (bool sinks : {false, true}) {
+    c.sinks = sinks;
+    FeatureData d = fa_test::make_feature_data(c, 5);
+    run_and_check(cpu, d);
+    for (int64_t h = 0; h < c.heads_q; ++h) {
+      const float lse0 = d.lse[static_cast<size_t>(d.lse_index(0, h, 0))];
+      if (sinks) {
+        CHECK(lse0 == doctest::Approx(d.sinks[static_cast<size_t>(h)]));
+      } else {
+        CHECK(lse0 == -std::numeric_limits<float>::infinity());
+      }
+      CHECK(fa_test::load_elem(c.dtype, d.o.data(), d.q_index(0, 0, h)) == 0.0);
+    }
+  }
+}
+
+TEST_CASE("malformed index tensors are refused with the entry named; outputs untouched") {
+  Cpu cpu;
+  auto expect_refused = [&](FeatureData& d, const char* needle) {
+    const std::vector<unsigned char> before = d.o;
+    const fa_run_args args = d.host_args();
+    CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                        d.lse.data(), &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+    INFO(std::string(fa_last_error_detail()));
+    CHECK(std::string(fa_last_error_detail()).find(needle) != std::string::npos);
+    CHECK(d.o == before);
+  };
+  FeatureCase v;
+  v.layout = FA_LAYOUT_VARLEN;
+  v.sq = {5, 7};
+  v.sk = {9, 3};
+  {
+    FeatureData d = fa_test::make_feature_data(v, 1);
+    d.cu_q[1] = 9;  // the second sequence would have length -2
+    expect_refused(d, "[1] = 9");
+  }
+  {
+    FeatureData d = fa_test::make_feature_data(v, 2);
+    d.cu_k[2] = 11;  // total_k is 12
+    expect_refused(d, "cu_seqlens_k[2]");
+  }
+  {
+    FeatureData d = fa_test::make_feature_data(v, 3);
+    d.cu_q[0] = 1;
+    expect_refused(d, "cu_seqlens_q[0]");
+  }
+  FeatureCase p;
+  p.layout = FA_LAYOUT_PAGED_KV;
+  p.page_size = 4;
+  p.sq = {1, 1};
+  p.sk = {10, 3};
+  {
+    FeatureData d = fa_test::make_feature_data(p, 4);
+    d.block_table[1] = static_cast<int32_t>(d.config.num_pages);  // one past the last page
+    expect_refused(d, "block_table[0][1]");
+  }
+  {
+    FeatureData d = fa_test::make_feature_data(p, 5);
+    d.cache_seqlens[1] = static_cast<int32_t>(d.config.seqlen_k + 1);
+    expect_refused(d, "cache_seqlens[1]");
+  }
+  {
+    FeatureData d = fa_test::make_feature_data(p, 6);
+    const std::vector<unsigned char> before = d.o;
+    fa_run_args args = d.host_args();
+    args.block_table = nullptr;
+    CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                        nullptr, &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+    CHECK(std::string(fa_last_error_detail()).find("block_table is NULL") != std::string::npos);
+    // fa_forward has no run arguments: a config that needs them is refused, not guessed.
+    CHECK(fa_forward(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(), nullptr,
+                     nullptr) == FA_STATUS_INVALID_ARGUMENT);
+    CHECK(d.o == before);
+  }
+}
+
+TEST_CASE("fa_config validation of the 0.3 fields names the field") {
+  fa_config c;
+  REQUIRE(fa_config_init(&c) == FA_STATUS_SUCCESS);
+  struct Bad {
+    const char* field;
+    void (*set)(fa_config&);
+  };
+  const Bad bad[] = {
+      {"layout", [](fa_config& x) { x.layout = 4; }},
+      {"window", [](fa_config& x) { x.window = 2; }},
+      {"window_left", [](fa_config& x) { x.window_left = 3; }},  // set while window = 0
+      {"softcap", [](fa_config& x) { x.softcap = -1.0f; }},
+      {"alibi", [](fa_config& x) { x.alibi = 3; }},
+      {"sinks", [](fa_config& x) { x.sinks = 2; }},
+      {"num_splits", [](fa_config& x) { x.num_splits = 257; }},
+      {"total_q", [](fa_config& x) { x.total_q = 5; }},  // dense takes no total
+      {"total_q", [](fa_config& x) { x.layout = FA_LAYOUT_VARLEN; }},
+      {"page_size", [](fa_config& x) {
+         x.layout = FA_LAYOUT_PAGED_KV;
+         x.num_pages = 1;
+         x.max_pages_per_seq = 1;
+       }},
+      {"max_pages_per_seq", [](fa_config& x) {
+         x.layout = FA_LAYOUT_PAGED_KV;
+         x.num_pages = 4;
+         x.page_size = 2;
+         x.max_pages_per_seq = 1;
+         x.seqlen_k = 3;
+       }},
+      {"q_batch_stride", [](fa_config& x) {
+         x.layout = FA_LAYOUT_VARLEN;
+         x.total_q = x.total_k = 4;
+         x.q_batch_stride = 8;
+         x.q_seq_stride = x.q_head_stride = 1;
+       }},
+  };
+  for (const Bad& b : bad) {
+    fa_config x = c;
+    b.set(x);
+    INFO(b.field);
+    CHECK(fa_config_validate(&x) == FA_STATUS_INVALID_ARGUMENT);
+    CHECK(std::string(fa_last_error_detail()).find(b.field) != std::string::npos);
+  }
+}
+
+TEST_CASE("a caller built against 0.2 (the shorter fa_config) keeps 0.2's behaviour") {
+  Cpu cpu;
+  FeatureCase c;
+  c.sq = {33};
+  c.sk = {40};
+  c.causal = true;
+  FeatureData d = fa_test::make_feature_data(c, 9);
+  // 0.2's fa_config ended with the o strides: the new fields are simply not there.
+  const size_t old_size = offsetof(fa_config, layout);
+  std::vector<unsigned char> old(old_size);
+  d.config.struct_size = old_size;
+  std::memcpy(old.data(), &d.config, old_size);
+  REQUIRE(fa_forward(cpu.ctx, reinterpret_cast<const fa_config*>(old.data()), d.q.data(),
+                     d.k.data(), d.v.data(), d.o.data(), d.lse.data(), nullptr) == FA_STATUS_SUCCESS);
+  const fa_test::FeatureErrors e =
+      fa_test::compare_features(d, d.o.data(), d.lse.data(), fa_test::feature_reference(d));
+  CHECK(e.bad == 0);
+  CHECK(e.o_max <= o_bound(c.dtype));
+  d.config.struct_size = old_size - 8;  // shorter than any published version
+  CHECK(fa_config_validate(&d.config) == FA_STATUS_BAD_STRUCT_SIZE);
+}
+
+TEST_CASE("outputs overlapping inputs or each other are refused") {
+  Cpu cpu;
+  FeatureCase c;
+  c.sq = {16};
+  c.sk = {16};
+  c.heads_q = c.heads_kv = 2;
+  FeatureData d = fa_test::make_feature_data(c, 11);
+  const std::vector<unsigned char> q_before = d.q;
+  // o = q (the Python probe's forward(q, k, v, out=q)).
+  CHECK(fa_forward(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.q.data(), nullptr,
+                   nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("overlaps q") != std::string::npos);
+  CHECK(d.q == q_before);
+  // o starting inside v.
+  CHECK(fa_forward(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.v.data() + 64,
+                   nullptr, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  // lse inside o.
+  CHECK(fa_forward(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                   reinterpret_cast<float*>(d.o.data()), nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("lse") != std::string::npos);
+  // Inputs may overlap each other (q = k = v is self-attention on one tensor).
+  CHECK(fa_forward(cpu.ctx, &d.config, d.q.data(), d.q.data(), d.q.data(), d.o.data(), nullptr,
+                   nullptr) == FA_STATUS_SUCCESS);
+}
+
+TEST_CASE("merge_states of two disjoint key sets equals attention over their union") {
+  Cpu cpu;
+  for (int dtype : {FA_DTYPE_BF16, FA_DTYPE_FP32}) {
+    FeatureCase c;
+    c.dtype = dtype;
+    c.sq = {13, 13};
+    c.sk = {70, 70};
+    FeatureData whole = fa_test::make_feature_data(c, 21);
+    const fa_test::FeatureReference ref = fa_test::feature_reference(whole);
+    // Keys [0, 30) and [30, 70) as two dense problems over views of the same K/V.
+    const int64_t split = 30;
+    const size_t row_bytes = static_cast<size_t>(c.heads_kv * c.head_dim) * fa_test::dtype_bytes(dtype);
+    std::vector<std::vector<unsigned char>> o(2, whole.o);
+    std::vector<std::vector<float>> lse(2, whole.lse);
+    for (int part = 0; part < 2; ++part) {
+      fa_config f = whole.config;
+      f.seqlen_k = part == 0 ? split : 70 - split;
+      f.k_batch_stride = f.v_batch_stride = 70 * c.heads_kv * c.head_dim;
+      f.k_seq_stride = f.v_seq_stride = c.heads_kv * c.head_dim;
+      f.k_head_stride = f.v_head_stride = c.head_dim;
+      const size_t skip = part == 0 ? 0 : static_cast<size_t>(split) * row_bytes;
+      REQUIRE(fa_forward(cpu.ctx, &f, whole.q.data(), whole.k.data() + skip, whole.v.data() + skip,
+                         o[static_cast<size_t>(part)].data(), lse[static_cast<size_t>(part)].data(),
+                         nullptr) == FA_STATUS_SUCCESS);
+    }
+    fa_merge_config m;
+    REQUIRE(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
+    m.dtype = dtype;
+    m.batch = 2;
+    m.seqlen = 13;
+    m.heads = c.heads_q;
+    m.head_dim = c.head_dim;
+    // In place into the first part's buffers.
+    REQUIRE(fa_merge_states(cpu.ctx, &m, o[0].data(), lse[0].data(), o[1].data(), lse[1].data(),
+                            o[0].data(), lse[0].data(), nullptr) == FA_STATUS_SUCCESS);
+    const fa_test::FeatureErrors e = fa_test::compare_features(whole, o[0].data(), lse[0].data(), ref);
+    INFO("dtype " << dtype << ": o max err " << e.o_max << ", lse max err " << e.lse_max);
+    CHECK(e.bad == 0);
+    // Two roundings of O to the dtype (each part, then the merge).
+    CHECK(e.o_max <= 2 * o_bound(dtype));
+    CHECK(e.lse_max <= kLseBound);
+    // A partial overlap of an output with an input is refused.
+    CHECK(fa_merge_states(cpu.ctx, &m, o[0].data(), lse[0].data(), o[1].data(), lse[1].data(),
+                          o[0].data() + 2, lse[0].data(), nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  }
+}
+
+TEST_CASE("merge_states: empty sides") {
+  Cpu cpu;
+  fa_merge_config m;
+  REQUIRE(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
+  m.dtype = FA_DTYPE_FP32;
+  m.head_dim = 2;
+  const float inf = std::numeric_limits<float>::infinity();
+  float oa[2] = {1.0f, 2.0f}, ob[2] = {3.0f, 4.0f}, o[2] = {};
+  float la = -inf, lb = 0.5f, l = 0.0f;
+  REQUIRE(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) == FA_STATUS_SUCCESS);
+  CHECK(o[0] == 3.0f);
+  CHECK(o[1] == 4.0f);
+  CHECK(l == 0.5f);
+  lb = -inf;
+  REQUIRE(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) == FA_STATUS_SUCCESS);
+  CHECK(o[0] == 0.0f);
+  CHECK(l == -inf);
+  m.heads = 0;
+  CHECK(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("heads") != std::string::npos);
+}
+
+}  // TEST_SUITE

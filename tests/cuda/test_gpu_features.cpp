@@ -1,0 +1,407 @@
+// The inference features on the GPU: the feature matrix (masks, biases, sinks, varlen, contiguous
+// and paged KV caches, split counts) through the library's choice and through every registered
+// kernel, against the float64 reference; malformed index tensors (run under compute-sanitizer
+// memcheck by tools/device_check.sh: they must stay in bounds); a captured decode step replayed
+// with new lengths and pages; merge_states. Every device buffer is allocated at its exact size,
+// so memcheck sees any access past it.
+#include <cuda_runtime_api.h>
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/feature_cases.hpp"
+#include "common/features.hpp"
+#include "flashattn.h"
+
+namespace {
+
+using fa_test::FeatureCase;
+using fa_test::FeatureData;
+
+#define CUDA_OK(call) REQUIRE_MESSAGE((call) == cudaSuccess, #call)
+
+// The kernels round P to the dtype before P V (2^-8 relative for bf16, 2^-11 for fp16) and O
+// once more; outputs are below 1 in magnitude. A wrong mask, bias or sink moves O by more than
+// 0.05 on these inputs (at least 1/64 in magnitude each).
+double o_bound(int dtype) { return dtype == FA_DTYPE_BF16 ? 1.2e-2 : 3e-3; }
+constexpr double kLseBound = 2e-3;
+
+// One exact-size device allocation per non-empty host vector.
+class DeviceCopy {
+ public:
+  template <class T>
+  explicit DeviceCopy(std::vector<T> const& host) : bytes_(host.size() * sizeof(T)) {
+    if (bytes_ == 0) return;
+    CUDA_OK(cudaMalloc(&ptr_, bytes_));
+    CUDA_OK(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice));
+  }
+  ~DeviceCopy() { cudaFree(ptr_); }
+  DeviceCopy(DeviceCopy const&) = delete;
+  DeviceCopy& operator=(DeviceCopy const&) = delete;
+  void* get() const { return ptr_; }
+  template <class T>
+  void fetch(std::vector<T>& host) const {
+    CUDA_OK(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
+  }
+  template <class T>
+  void upload(std::vector<T> const& host) const {
+    CUDA_OK(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice));
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct DeviceCase {
+  explicit DeviceCase(FeatureData const& d)
+      : q(d.q), k(d.k), v(d.v), o(d.o), lse(d.lse), cu_q(d.cu_q), cu_k(d.cu_k),
+        cache(d.cache_seqlens), table(d.block_table), slopes(d.slopes), sinks(d.sinks) {}
+  fa_run_args args(FeatureData const& d) const {
+    return d.args(cu_q.get(), cu_k.get(), cache.get(), table.get(), slopes.get(), sinks.get());
+  }
+  void fetch(FeatureData& d) const {
+    o.fetch(d.o);
+    lse.fetch(d.lse);
+  }
+  DeviceCopy q, k, v, o, lse, cu_q, cu_k, cache, table, slopes, sinks;
+};
+
+struct Gpu {
+  Gpu() { REQUIRE(fa_context_create(0, &ctx) == FA_STATUS_SUCCESS); }
+  ~Gpu() { fa_context_destroy(ctx); }
+  Gpu(Gpu const&) = delete;
+  Gpu& operator=(Gpu const&) = delete;
+  fa_context_t* ctx = nullptr;
+};
+
+// (dtype, head_dim) pairs the build has kernels for.
+std::set<std::pair<int, int>> compiled_shapes() {
+  std::set<std::pair<int, int>> shapes;
+  for (size_t i = 0; i < fa_kernel_count(); ++i) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    shapes.insert({k.dtype, k.d_head});
+  }
+  return shapes;
+}
+
+void check_result(FeatureData const& d, std::string const& what) {
+  fa_test::FeatureErrors const e =
+      fa_test::compare_features(d, d.o.data(), d.lse.data(), fa_test::feature_reference(d));
+  INFO(what << " " << fa_test::describe(d.c) << " | o max err " << e.o_max << ", lse max err "
+            << e.lse_max << ", bad " << e.bad);
+  CHECK(e.bad == 0);
+  CHECK(e.o_max <= o_bound(d.c.dtype));
+  CHECK(e.lse_max <= kLseBound);
+}
+
+// Runs `d` through a plan (pinned to `kernel` when given) with the workspace the plan asks for;
+// returns the plan's split count.
+int run_plan(Gpu const& gpu, FeatureData& d, fa_kernel_config const* kernel) {
+  fa_plan_t* plan = nullptr;
+  fa_status const made = kernel != nullptr
+                             ? fa_plan_create_with_kernel(gpu.ctx, &d.config, kernel, &plan)
+                             : fa_plan_create(gpu.ctx, &d.config, &plan);
+  INFO(fa_test::describe(d.c) << ": " << std::string(fa_last_error_detail()));
+  REQUIRE(made == FA_STATUS_SUCCESS);
+  size_t bytes = 0;
+  int splits = 0;
+  REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_plan_num_splits(plan, &splits) == FA_STATUS_SUCCESS);
+  if (d.c.num_splits > 0) CHECK(splits == d.c.num_splits);
+  CHECK((bytes == 0) == (splits == 1));
+  void* workspace = nullptr;
+  if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
+  DeviceCase dev(d);
+  fa_run_args args = dev.args(d);
+  args.workspace = workspace;
+  args.workspace_size = bytes;
+  fa_status const ran = fa_plan_run_ex(plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+                                       static_cast<float*>(dev.lse.get()), &args, nullptr);
+  INFO(std::string(fa_last_error_detail()));
+  REQUIRE(ran == FA_STATUS_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  dev.fetch(d);
+  cudaFree(workspace);
+  fa_plan_destroy(plan);
+  return splits;
+}
+
+// FA_GPU_TEST_SAMPLE=N checks every N-th case only (for slow runs under compute-sanitizer).
+int sample_step() {
+  char const* sample = std::getenv("FA_GPU_TEST_SAMPLE");
+  return sample != nullptr ? std::max(1, std::atoi(sample)) : 1;
+}
+
+}  // namespace
+
+TEST_CASE("every inference feature on the library's choice matches the float64 reference") {
+  Gpu gpu;
+  uint64_t seed = 5000;
+  int n = 0, split = 0, index = 0;
+  int const step = sample_step();
+  for (auto [dtype, dim] : compiled_shapes()) {
+    for (FeatureCase const& c : fa_test::feature_cases(dtype, dim, 1013)) {
+      if (index++ % step != 0) continue;
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      split += run_plan(gpu, d, nullptr) > 1 ? 1 : 0;
+      check_result(d, "choice");
+      ++n;
+    }
+  }
+  MESSAGE(n << " feature cases checked on the GPU, " << split << " of them split");
+  CHECK(split > 0);
+}
+
+TEST_CASE("every registered kernel runs the features") {
+  Gpu gpu;
+  // A sample that covers each code path: paged decode with GQA packing, split and every bias;
+  // a varlen batch with windows and sinks; a dense causal window with softcap and a negative
+  // scale.
+  std::vector<FeatureCase> sample(3);
+  sample[0].layout = FA_LAYOUT_PAGED_KV;
+  sample[0].page_size = 3;
+  sample[0].heads_q = 8;
+  sample[0].heads_kv = 2;
+  sample[0].sq = {4, 4};
+  sample[0].sk = {700, 5};
+  sample[0].causal = true;
+  sample[0].alibi = FA_ALIBI_PER_HEAD;
+  sample[0].softcap = 4.0f;
+  sample[0].sinks = true;
+  sample[0].num_splits = 3;
+  sample[1].layout = FA_LAYOUT_VARLEN;
+  sample[1].sq = {100, 0, 33};
+  sample[1].sk = {130, 7, 33};
+  sample[1].window = true;
+  sample[1].left = 40;
+  sample[1].right = 10;
+  sample[1].sinks = true;
+  sample[2].sq = {177, 177};
+  sample[2].sk = {200, 200};
+  sample[2].causal = true;
+  sample[2].window = true;
+  sample[2].left = 64;
+  sample[2].right = -1;
+  sample[2].softcap = 3.0f;
+  sample[2].scale = -0.09f;
+  int kernels = 0;
+  uint64_t seed = 9000;
+  for (size_t i = 0; i < fa_kernel_count(); i += static_cast<size_t>(sample_step())) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    for (FeatureCase c : sample) {
+      c.dtype = k.dtype;
+      c.head_dim = k.d_head;
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      run_plan(gpu, d, &k);
+      char name[128];
+      fa_kernel_config_name(&k, name, sizeof name, nullptr);
+      check_result(d, name);
+    }
+    ++kernels;
+  }
+  MESSAGE(kernels << " kernels x " << sample.size() << " feature cases");
+}
+
+TEST_CASE("fa_forward_ex: automatic splits need a workspace, forced ones fail without") {
+  Gpu gpu;
+  FeatureCase c;
+  c.layout = FA_LAYOUT_KV_CACHE;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.head_dim = 128;
+  c.sq = {1};
+  c.sk = {8000};
+  if (compiled_shapes().count({c.dtype, 128}) == 0) return;
+  FeatureData d = fa_test::make_feature_data(c, 42);
+  DeviceCase dev(d);
+  fa_run_args args = dev.args(d);
+  // No workspace: runs unsplit, and right.
+  REQUIRE(fa_forward_ex(gpu.ctx, &d.config, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+                        static_cast<float*>(dev.lse.get()), &args, nullptr) == FA_STATUS_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  dev.fetch(d);
+  check_result(d, "fa_forward_ex, no workspace");
+  d.config.num_splits = 4;
+  CHECK(fa_forward_ex(gpu.ctx, &d.config, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+                      static_cast<float*>(dev.lse.get()), &args, nullptr) ==
+        FA_STATUS_WORKSPACE_TOO_SMALL);
+  CHECK(std::string(fa_last_error_detail()).find("workspace") != std::string::npos);
+}
+
+TEST_CASE("malformed index tensors on the GPU stay in bounds") {
+  Gpu gpu;
+  for (auto [dtype, dim] : compiled_shapes()) {
+    FeatureCase v;
+    v.dtype = dtype;
+    v.head_dim = dim;
+    v.layout = FA_LAYOUT_VARLEN;
+    v.sq = {30, 20};
+    v.sk = {40, 10};
+    FeatureData d = fa_test::make_feature_data(v, 1);
+    d.cu_q = {-50, 1000000, 7};
+    d.cu_k = {7, -3, 2000000000};
+    {
+      DeviceCase dev(d);
+      fa_run_args args = dev.args(d);
+      CHECK(fa_forward_ex(gpu.ctx, &d.config, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+                          static_cast<float*>(dev.lse.get()), &args, nullptr) == FA_STATUS_SUCCESS);
+      CUDA_OK(cudaDeviceSynchronize());
+    }
+    FeatureCase p;
+    p.dtype = dtype;
+    p.head_dim = dim;
+    p.layout = FA_LAYOUT_PAGED_KV;
+    p.page_size = 16;
+    p.sq = {3, 3};
+    p.sk = {100, 20};
+    p.num_splits = 2;
+    FeatureData e = fa_test::make_feature_data(p, 2);
+    for (size_t i = 0; i < e.block_table.size(); ++i) {
+      e.block_table[i] = i % 2 == 0 ? -7 : 1 << 30;
+    }
+    e.cache_seqlens = {1 << 30, -5};
+    {
+      DeviceCase dev(e);
+      fa_plan_t* plan = nullptr;
+      REQUIRE(fa_plan_create(gpu.ctx, &e.config, &plan) == FA_STATUS_SUCCESS);
+      size_t bytes = 0;
+      REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
+      void* workspace = nullptr;
+      CUDA_OK(cudaMalloc(&workspace, bytes));
+      fa_run_args args = dev.args(e);
+      args.workspace = workspace;
+      args.workspace_size = bytes;
+      CHECK(fa_plan_run_ex(plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+                           static_cast<float*>(dev.lse.get()), &args, nullptr) == FA_STATUS_SUCCESS);
+      CUDA_OK(cudaDeviceSynchronize());
+      cudaFree(workspace);
+      fa_plan_destroy(plan);
+    }
+  }
+}
+
+TEST_CASE("one captured decode step replays with new lengths and page tables") {
+  Gpu gpu;
+  for (auto [dtype, dim] : compiled_shapes()) {
+    FeatureCase c;
+    c.dtype = dtype;
+    c.head_dim = dim;
+    c.layout = FA_LAYOUT_PAGED_KV;
+    c.page_size = 16;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.sq = {1, 1, 1};
+    c.sk = {900, 300, 17};
+    c.capacity_extra = 200;
+    c.alibi = FA_ALIBI_PER_HEAD;
+    c.sinks = true;
+    FeatureData d = fa_test::make_feature_data(c, 77);
+    DeviceCase dev(d);
+    fa_plan_t* plan = nullptr;
+    REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+    size_t bytes = 0;
+    REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
+    void* workspace = nullptr;
+    if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
+    fa_run_args args = dev.args(d);
+    args.workspace = workspace;
+    args.workspace_size = bytes;
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    fa_status const captured =
+        fa_plan_run_ex(plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+                       static_cast<float*>(dev.lse.get()), &args, reinterpret_cast<fa_stream_t>(stream));
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    REQUIRE(captured == FA_STATUS_SUCCESS);
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    // Three decode steps: each grows the sequences and reshuffles their pages, in place.
+    for (int step = 0; step < 3; ++step) {
+      FeatureCase next = c;
+      next.sk = {900 + 61 * step, 300 + 7 * step, 17 + 100 * step};
+      next.capacity_extra = c.capacity() - next.max_sk();  // same buffers, same config
+      FeatureData fresh = fa_test::make_feature_data(next, 78 + static_cast<uint64_t>(step));
+      fresh.q = d.q;  // the tensors stay where the graph captured them; only their contents change
+      dev.q.upload(fresh.q);
+      dev.k.upload(fresh.k);
+      dev.v.upload(fresh.v);
+      dev.cache.upload(fresh.cache_seqlens);
+      dev.table.upload(fresh.block_table);
+      dev.slopes.upload(fresh.slopes);
+      dev.sinks.upload(fresh.sinks);
+      dev.o.upload(fresh.o);
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      dev.fetch(fresh);
+      check_result(fresh, "graph replay step " + std::to_string(step));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaFree(workspace);
+    fa_plan_destroy(plan);
+  }
+}
+
+TEST_CASE("merge_states on the GPU matches the CPU backend") {
+  Gpu gpu;
+  fa_context_t* cpu = nullptr;
+  REQUIRE(fa_context_create(FA_DEVICE_CPU, &cpu) == FA_STATUS_SUCCESS);
+  for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
+    fa_merge_config m;
+    REQUIRE(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
+    m.dtype = dtype;
+    m.batch = 3;
+    m.seqlen = 17;
+    m.heads = 5;
+    m.head_dim = 72;
+    int64_t const n = m.batch * m.seqlen * m.heads * m.head_dim, rows = m.batch * m.seqlen * m.heads;
+    std::vector<unsigned char> oa = fa_test::random_bytes(dtype, n, 1), ob = fa_test::random_bytes(dtype, n, 2);
+    std::vector<float> la(static_cast<size_t>(rows)), lb(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      la[static_cast<size_t>(i)] = i % 7 == 0 ? -INFINITY : 0.1f * static_cast<float>(i % 11);
+      lb[static_cast<size_t>(i)] = i % 5 == 0 ? -INFINITY : 0.3f - 0.05f * static_cast<float>(i % 13);
+    }
+    std::vector<unsigned char> o_cpu(oa.size()), o_gpu(oa.size());
+    std::vector<float> l_cpu(la.size()), l_gpu(la.size());
+    REQUIRE(fa_merge_states(cpu, &m, oa.data(), la.data(), ob.data(), lb.data(), o_cpu.data(),
+                            l_cpu.data(), nullptr) == FA_STATUS_SUCCESS);
+    DeviceCopy da(oa), db(ob), dla(la), dlb(lb), doo(o_gpu), dl(l_gpu);
+    REQUIRE(fa_merge_states(gpu.ctx, &m, da.get(), static_cast<float*>(dla.get()), db.get(),
+                            static_cast<float*>(dlb.get()), doo.get(), static_cast<float*>(dl.get()),
+                            nullptr) == FA_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    doo.fetch(o_gpu);
+    dl.fetch(l_gpu);
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(fa_test::load_elem(dtype, o_gpu.data(), i) -
+                                        fa_test::load_elem(dtype, o_cpu.data(), i)));
+    }
+    // One output rounding apart at most (|o| <= 1): an ulp of the dtype.
+    CHECK(worst <= (dtype == FA_DTYPE_BF16 ? 8e-3 : 1e-3));
+    for (size_t i = 0; i < l_cpu.size(); ++i) {
+      if (std::isinf(l_cpu[i])) {
+        CHECK(l_gpu[i] == l_cpu[i]);
+      } else {
+        CHECK(std::fabs(l_gpu[i] - l_cpu[i]) <= 1e-5f);
+      }
+    }
+  }
+  fa_context_destroy(cpu);
+}

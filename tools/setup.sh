@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Installs what the README's commands need and this machine lacks, saying what and why; what is
+# present is left alone, and with everything present it needs no root.
+#   bash tools/setup.sh build   the library, its tests and the example (the README's first command)
+#   bash tools/setup.sh test    plus what tools/run_tests.sh runs: the Rust and Python bindings,
+#                               their packages, and the fuzz targets
+# Debian packages come from apt (as root, or through sudo); PyPI packages from pip. The CUDA
+# Toolkit (nvcc, 12 or newer) is checked, not installed: Debian 12 packages only 11.8.
+# Sourced by tools/run_tests.sh, it leaves FA_PYTHON naming the Python to test with: python3, or a
+# virtual environment in build-venv/ where python3 refuses pip installs (PEP 668, e.g. Debian's).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+fa_setup_level="${1:-build}"
+case "$fa_setup_level" in build | test) ;; *) echo "usage: $0 [build|test]" >&2; exit 2 ;; esac
+
+fa_apt=()
+# fa_need <Debian package> <why> <check...>: queues the package unless the check succeeds.
+fa_need() {
+  local package=$1 why=$2
+  shift 2
+  "$@" >/dev/null 2>&1 && return
+  echo "setup: installing $package (Debian): $why"
+  fa_apt+=("$package")
+}
+fa_has_deb() { dpkg-query -W -f='${Status}' "$1" | grep -q 'install ok installed'; }
+fa_has_fuzzer() { [[ -f "$(clang -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a" ]]; }
+
+fa_need cmake "configures the build (3.25+; Debian 12 has 3.25.1)" command -v cmake
+fa_need g++ "compiles the host code (C++20)" command -v g++
+fa_need python3 "generates the kernel instantiations at configure time" command -v python3
+fa_need doctest-dev "the C++ tests' framework" test -f /usr/include/doctest/doctest.h
+if [[ $fa_setup_level == test ]]; then
+  fa_need cargo "builds the Rust bindings" command -v cargo
+  # The crates the Rust bindings build with, offline from Debian's registry
+  # (/usr/share/cargo/registry; tools/run_tests.sh points cargo at it). bindgen brings libclang.
+  fa_need librust-bindgen-dev "flashattn-sys generates its declarations with bindgen" \
+    fa_has_deb librust-bindgen-dev
+  fa_need librust-pkg-config-dev "flashattn-sys finds an installed library with pkg-config" \
+    fa_has_deb librust-pkg-config-dev
+  fa_need librust-cmake-dev "flashattn-sys builds its bundled sources with CMake" \
+    fa_has_deb librust-cmake-dev
+  fa_need clang "compiles the libFuzzer targets (tools/run_fuzz.sh)" command -v clang
+  fa_need libclang-rt-dev "clang's libFuzzer and AddressSanitizer runtimes, for the fuzz targets" \
+    fa_has_fuzzer
+  # Debian's python3 leaves out ensurepip, without which venv cannot make an environment.
+  fa_need python3-venv "the wheel test installs the package in a fresh virtual environment" \
+    python3 -c 'import ensurepip'
+  fa_need python3-pip "installs the Python test dependencies and builds the wheel" \
+    python3 -m pip --version
+fi
+
+if ((${#fa_apt[@]})); then
+  fa_sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null; then
+      echo "setup: root (or sudo) is needed to install: ${fa_apt[*]}" >&2
+      exit 1
+    fi
+    fa_sudo=(sudo)
+  fi
+  "${fa_sudo[@]}" apt-get update -qq
+  "${fa_sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${fa_apt[@]}"
+fi
+
+if ! command -v nvcc >/dev/null; then
+  echo "setup: nvcc not found: install the CUDA Toolkit 12+ and put its bin/ on PATH" >&2
+  exit 1
+fi
+
+FA_PYTHON=python3
+if [[ $fa_setup_level == test ]]; then
+  fa_pip=()
+  for module in numpy ml_dtypes pytest; do
+    python3 -c "import $module" 2>/dev/null || fa_pip+=("$module")
+  done
+  if ((${#fa_pip[@]})); then
+    echo "setup: installing ${fa_pip[*]} (PyPI): the Python bindings' tests" \
+         "(arrays, bfloat16 arrays, the runner)"
+    stdlib="$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
+    if [[ -f $stdlib/EXTERNALLY-MANAGED ]]; then
+      echo "setup: python3 is externally managed (PEP 668): installing into build-venv/"
+      [[ -x build-venv/bin/python ]] || python3 -m venv build-venv
+      FA_PYTHON="$PWD/build-venv/bin/python"
+      "$FA_PYTHON" -c 'import numpy, ml_dtypes, pytest' 2>/dev/null ||
+        "$FA_PYTHON" -m pip install --quiet numpy ml_dtypes pytest
+    else
+      python3 -m pip install --quiet "${fa_pip[@]}"
+    fi
+  fi
+fi
+
+if ((${#fa_apt[@]})) || [[ ${fa_pip[*]-} ]]; then
+  echo "setup: done"
+else
+  echo "setup: everything needed for '$fa_setup_level' is installed"
+fi
