@@ -407,14 +407,14 @@ pub struct DeviceRunArgs {
 
 impl Default for DeviceRunArgs {
     fn default() -> Self {
-        let null = std::ptr::null();
+        use std::ptr::null;
         DeviceRunArgs {
-            cu_seqlens_q: null,
-            cu_seqlens_k: null,
-            cache_seqlens: null,
-            block_table: null,
-            alibi_slopes: null,
-            sinks: null,
+            cu_seqlens_q: null(),
+            cu_seqlens_k: null(),
+            cache_seqlens: null(),
+            block_table: null(),
+            alibi_slopes: null(),
+            sinks: null(),
             workspace: std::ptr::null_mut(),
             workspace_size: 0,
         }

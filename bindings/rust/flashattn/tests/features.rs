@@ -264,9 +264,10 @@ fn contiguous_and_paged_caches_agree_with_the_reference() {
     assert_close("paged o", &o_paged, &widen(&o_cache), 1e-6);
     assert_close("paged lse", &lse_paged, &widen(&lse_cache), 1e-6);
 
-    // A page index outside the pool is named, and o stays untouched.
+    // A page index outside the pool, in a page the sequence reads (its third: rows 6..8), is
+    // named, and o stays untouched.
     let mut bad = table.clone();
-    bad[max_pages + 1] = num_pages as i32;
+    bad[2] = num_pages as i32;
     let mut o_bad = vec![f32::NAN; q.len()];
     let args = RunArgs { cache_seqlens: Some(&seqlens), block_table: Some(&bad), ..RunArgs::default() };
     let err = ctx.forward_ex(&paged, &q, &k_pages, &v_pages, &mut o_bad, None, &args).unwrap_err();
