@@ -451,9 +451,10 @@ FA_API fa_status fa_merge_states(fa_context_t* ctx, const fa_merge_config* confi
 /* ====================================================================================================
  * Kernel registry
  * ====================================================================================================
- * Each GPU kernel compiled into the library is an instance of one FA2 kernel template, tuned by the
- * fields of fa_kernel_config. The registry is ordered by the fields in declaration order (dtype first,
- * false before true). */
+ * Each GPU kernel compiled into the library is an instance of one of two kernel templates (the
+ * families, fa_kernel_family: the FA2 mma.sync kernel and, since 0.3.0, the Hopper sm90 kernel),
+ * tuned by the fields of fa_kernel_config. The registry is ordered by the fields in declaration
+ * order (dtype first, false before true, the family near last). */
 
 /*! fa_kernel_config : the tuning knobs of one GPU kernel.
  *  Boolean fields are 0 or 1. Fill with fa_kernel_config_init() first. */
@@ -473,7 +474,34 @@ typedef struct fa_kernel_config {
   int32_t V_mma_load_K_tiles;        /*!< The same for V along B_c; 0 = the whole block per iteration. */
   int32_t mma_double_buffer_loads;   /*!< Load the next tile into registers before the current MMAs. */
   int32_t optimized_softmax;         /*!< Specialise the first key block (no rescaling of l and O). */
+
+  /* ---- Since 0.3.0. A caller built against 0.2 passes the smaller struct_size: its configs read
+   *      as family 0, stages 0 and overlap 0, and a kernel of another family cannot be written into its
+   *      struct (FA_STATUS_BAD_STRUCT_SIZE). ---- */
+  int32_t family;                    /*!< fa_kernel_family. */
+  int32_t stages;                    /*!< FA_FAMILY_SM90: K/V tiles in flight in shared memory (2-4);
+                                          0 in the mma.sync family. */
+  int32_t overlap;                   /*!< FA_FAMILY_SM90: 1 runs each key block's softmax while the
+                                          tensor cores compute the next block's QK^T and this
+                                          block's predecessor's PV; 0 in the mma.sync family. */
 } fa_kernel_config;
+
+/*! fa_kernel_family : the kernel families. Values pinned. Since 0.3.0.
+ *  - FA_FAMILY_MMA_SYNC: the FA2 kernel (mma.sync, ldmatrix, cp.async) for sm_80 and newer, with
+ *    every field above as a knob; `stages` is 0.
+ *  - FA_FAMILY_SM90: the Hopper kernel (sm_90a: TMA loads into 128-byte-swizzled shared memory
+ *    through an mbarrier pipeline of `stages` K/V tiles, a producer warp, wgmma in
+ *    n_warps / 4 - 1 consumer warpgroups of 64 query rows each, P kept in registers), runs on
+ *    compute capability 9.0 only. B_r = 64 per consumer warpgroup, B_c the keys per stage;
+ *    the mma.sync knobs (async_copy ... optimized_softmax) are 0. It runs dense problems with
+ *    causal and window masks, GQA and LSE; problems with other features (layouts other than
+ *    dense, soft-capping, ALiBi, sinks, split-KV, a negative scale) run on the mma.sync
+ *    family, and a plan pinned to an sm90 kernel refuses them with
+ *    FA_STATUS_KERNEL_NOT_AVAILABLE. */
+typedef enum fa_kernel_family {
+  FA_FAMILY_MMA_SYNC = 0,
+  FA_FAMILY_SM90 = 1
+} fa_kernel_family;
 
 /*! fa_kernel_config_init() :
  *  Sets struct_size = sizeof(fa_kernel_config) and every other field to 0.

@@ -2,8 +2,9 @@
 # Build, test, sanitise and benchmark on the GPU machine in one call (device minutes are scarce).
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
-# Steps: build ctest gpu_tests example memcheck racecheck python_gpu rust_device compare autotune
-#        decode decode_paged decode_spec varlen copy python_overhead
+# Steps: build ctest gpu_tests sm90_gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck
+#        sm90_synccheck python_gpu rust_device compare compare_fp16 sweep autotune decode
+#        decode_paged decode_spec varlen copy python_overhead
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 # FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
@@ -13,7 +14,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck python_gpu rust_device compare autotune decode decode_paged decode_spec varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck python_gpu rust_device compare compare_fp16 sweep autotune decode decode_paged decode_spec varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -33,12 +34,23 @@ if want build; then
 fi
 step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
+step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" \
+  --test-case="every registered kernel*"
 step example "$build/examples/flashattn_example"
 # memcheck: a sample of the kernel tests, and every feature test (malformed indices included).
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests"
 step racecheck env FA_GPU_TEST_SAMPLE=16 compute-sanitizer --tool racecheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
+# The sm90 family under each tool: every third of its kernels (its knob values: both dtypes,
+# every head dim, 2 and 3 stages, overlap on and off) on the kernel test's problems of up to
+# 200000 score elements (64 of the 72: 1013 keys against 177 queries the largest), each tool at
+# most FA_SANITIZER_TIMEOUT seconds (240).
+for tool in memcheck racecheck synccheck; do
+  step "sm90_$tool" timeout "${FA_SANITIZER_TIMEOUT:-240}" env FA_GPU_TEST_FAMILY=1 \
+    FA_GPU_TEST_SAMPLE=3 FA_GPU_TEST_MAX_WORK=200000 compute-sanitizer --tool "$tool" \
+    --error-exitcode 3 "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
+done
 step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 # The Rust example is built where cargo is (the GPU machine may have none) and carried in .deps/bin:
@@ -48,6 +60,10 @@ if [ -x .deps/bin/device_forward ]; then
 fi
 step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
   --out "$out/compare" --iters 20
+step compare_fp16 python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
+  --out "$out/compare-fp16" --iters 20 --dtype fp16
+# Every registered kernel of both families on the grid: the data the choice table comes from.
+step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --iters 10 > '$out/sweep-bf16.csv'"
 step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
 step decode python3 tools/bench_decode.py --bench "$build/bench/decode_bench" --out "$out/decode"
 step decode_paged "$build/bench/decode_bench" decode --pages 0,16,64,256 --batches 8,64 \
@@ -58,7 +74,7 @@ step varlen "$build/bench/decode_bench" varlen
 step copy "$build/bench/decode_bench" copy
 step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 tools/bench_python_overhead.py
-grep -h -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
+grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
 for f in decode decode_paged decode_spec varlen python_overhead; do
   [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }

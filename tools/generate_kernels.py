@@ -2,14 +2,15 @@
 """Generates the GPU kernel instantiations and the registry entries from one list.
 
 CMake runs this at configure time with the build's options; it writes, into --out:
-  fa_fwd_sm80_<dtype>_hd<d>_<part>.cu  explicit instantiations of the kernel template plus a function
+  fa_fwd_<arch>_<dtype>_hd<d>_<part>.cu  explicit instantiations of the kernel template plus a function
                                         that adds each one to the registry (one file per (kernel
                                         family, dtype, head dim) group, split every --per-file kernels
                                         so builds parallelise);
   registry_generated.cpp                calls every group's registration function;
   kernels.txt                           the short names of all kernels, in registry order (the tests
                                         check the built registry against it);
-  sources.txt                           the generated .cu files, for CMake.
+  sources.txt, sources_sm90.txt         the generated .cu files of each family, for CMake (the sm90
+                                        family's compile for sm_90a only).
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
 
 Kernel sets (--kernel-set):
@@ -53,8 +54,15 @@ class KernelConfig:
     V_tiles: int
     double_buffer: bool
     optimized_softmax: bool
+    family: int = 0  # 0: mma.sync (sm_80+), 1: sm90 (sm_90a: TMA, wgmma, warp specialisation)
+    stages: int = 0  # sm90: K/V pipeline stages
+    overlap: bool = False  # sm90: softmax overlapped with the next block's wgmma
 
     def short_name(self):
+        head = (f"({DTYPE_NAMES[self.dtype]}, {self.d_head}, {self.B_r}, {self.B_c}, "
+                f"{self.n_warps}): ")
+        if self.family == 1:
+            return head + f"sm90+stages_{self.stages}" + ("+overlap" if self.overlap else "")
         feats = [f for f, on in (("async", self.async_copy), ("eager", self.eager_load_blocks),
                                  ("swizzled", self.swizzled)) if on]
         feats.append(f"load_{self.Q_tiles}_{self.K_tiles}_{self.V_tiles}_tiles")
@@ -62,20 +70,22 @@ class KernelConfig:
             feats.append("buffer")
         if self.optimized_softmax:
             feats.append("opt_softmax")
-        return (f"({DTYPE_NAMES[self.dtype]}, {self.d_head}, {self.B_r}, {self.B_c}, "
-                f"{self.n_warps}): " + "+".join(feats))
+        return head + "+".join(feats)
 
     def cpp(self):
         b = lambda x: "true" if x else "false"
         return (f"KernelConfig{{{DTYPE_CPP[self.dtype]}, {self.d_head}, {self.B_r}, {self.B_c}, "
                 f"{self.n_warps}, {b(self.async_copy)}, {b(self.eager_load_blocks)}, "
                 f"{b(self.swizzled)}, {self.Q_tiles}, {self.K_tiles}, {self.V_tiles}, "
-                f"{b(self.double_buffer)}, {b(self.optimized_softmax)}}}")
+                f"{b(self.double_buffer)}, {b(self.optimized_softmax)}, {self.family}, "
+                f"{self.stages}, {b(self.overlap)}}}")
 
 
 def canonical(c):
     """The config that compiles to the same code and is registered in c's place
     (fa::canonical in src/core/kernel_config.hpp: the same three rules)."""
+    if c.family != 0:
+        return c
     k, v = c.K_tiles, c.V_tiles
     if c.Q_tiles == 0 and k * 8 == c.d_head:
         k = 0
@@ -134,6 +144,11 @@ def parse_short_name(text):
     head, feats = text.strip().split("): ")
     dtype, d, b_r, b_c, warps = [x.strip() for x in head.lstrip("(").split(",")]
     tokens = feats.split("+")
+    if "sm90" in tokens:
+        stages = [int(t[7:]) for t in tokens if t.startswith("stages_")]
+        return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
+                            int(warps), False, False, False, 0, 0, 0, False, False, 1, stages[0],
+                            "overlap" in tokens)
     load = [t for t in tokens if t.startswith("load_")]
     if len(load) != 1:
         raise ValueError(f"no load_<Q>_<K>_<V>_tiles in '{text}'")
@@ -144,7 +159,7 @@ def parse_short_name(text):
 
 
 def read_choice_table(path):
-    """Rows of a heuristic_sm*.txt: ('pick', d, causal, max_seqlen, config) and
+    """Rows of a heuristic_sm*.txt: ('pick' or 'fallback', d, causal, max_seqlen, config) and
     ('candidate', d, causal, None, config); configs carry BF16 as a placeholder dtype."""
     rows = []
     for line in open(path):
@@ -154,8 +169,8 @@ def read_choice_table(path):
         fields, name = line.split(" | ")
         fields = fields.split()
         config = parse_short_name("(BF16, " + name)
-        if fields[0] == "pick":
-            rows.append(("pick", int(fields[1]), int(fields[2]), int(fields[3]), config))
+        if fields[0] in ("pick", "fallback"):
+            rows.append((fields[0], int(fields[1]), int(fields[2]), int(fields[3]), config))
         elif fields[0] == "candidate":
             rows.append(("candidate", int(fields[1]), int(fields[2]), None, config))
         else:
@@ -179,7 +194,26 @@ def decode_configs(dtype, d_head):
     return configs
 
 
-def select(kernel_set, dtypes, head_dims, tables):
+def sm90_configs(dtype, d_head):
+    """The Hopper family's kernels: two consumer warpgroups (B_r = 128, the register split
+    24 / 240 that FA3 uses for d <= 256) with the most keys per stage that keep the S, P and O
+    accumulators in registers and two K/V stages in shared memory (d 64 and 128: 128 keys; d 256:
+    64 keys, 193 KiB), and a three-stage pipeline where it fits (d 64 and 128)."""
+    b_c = 64 if d_head == 256 else 128
+    configs = [KernelConfig(dtype, d_head, 128, b_c, 12, False, False, False, 0, 0, 0, False,
+                            False, 1, 2)]
+    if d_head <= 128:
+        configs.append(dataclasses.replace(configs[0], stages=3))
+    return configs
+
+
+def sm90_overlap_configs(dtype, d_head):
+    """sm90_configs with the softmax overlapped with the next block's wgmma (FA3's
+    intra-warpgroup pipelining): in the "all" set only until measured on a GPU."""
+    return [dataclasses.replace(c, overlap=True) for c in sm90_configs(dtype, d_head)]
+
+
+def select(kernel_set, dtypes, head_dims, tables, sm90):
     configs = set()
     if kernel_set in ("default", "all"):
         for rows in tables.values():
@@ -188,7 +222,13 @@ def select(kernel_set, dtypes, head_dims, tables):
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
         for dtype, d in itertools.product(dtypes, head_dims):
             configs.update(decode_configs(dtype, d))
+            if sm90:
+                configs.update(sm90_configs(dtype, d))
+    if not sm90:  # a choice table may name sm90 kernels a build without sm_90a cannot compile
+        configs = {c for c in configs if c.family == 0}
     for dtype, d in itertools.product(dtypes, head_dims):
+        if kernel_set == "all" and sm90:
+            configs.update(sm90_overlap_configs(dtype, d))
         if kernel_set in ("seed", "autotune", "all"):
             configs.update(autotune_configs(dtype, d))
         if kernel_set in ("seed", "progression", "all"):
@@ -221,6 +261,8 @@ def main():
     ap.add_argument("--choice-tables", default="",
                     help="';'-separated heuristic_sm<arch>.txt files (the measured choice tables)")
     ap.add_argument("--per-file", type=int, default=8, help="kernels per generated .cu file")
+    ap.add_argument("--sm90", action="store_true",
+                    help="include the Hopper family (the build compiles sm_90a)")
     args = ap.parse_args()
 
     dtypes = []
@@ -243,24 +285,28 @@ def main():
         if not arch.isdigit():
             sys.exit(f"generate_kernels.py: cannot read the arch from '{path}'")
         tables[int(arch)] = read_choice_table(path)
-    configs = select(args.kernel_set, dtypes, head_dims, tables)
+    configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90)
     os.makedirs(args.out, exist_ok=True)
 
     groups = {}
     for c in configs:
-        groups.setdefault((c.dtype, c.d_head), []).append(c)
-    sources, functions = [], []
-    for (dtype, d), members in sorted(groups.items()):
+        groups.setdefault((c.family, c.dtype, c.d_head), []).append(c)
+    # Per family: the file stem's arch, the template header, the registration function.
+    families = {0: ("sm80", "cuda/forward_kernel.cuh", "register_kernel"),
+                1: ("sm90a", "cuda/hopper/launch_sm90.cuh", "sm90::register_kernel")}
+    sources, functions = {0: [], 1: []}, []
+    for (family, dtype, d), members in sorted(groups.items()):
+        arch, header, register = families[family]
         for part, start in enumerate(range(0, len(members), args.per_file)):
-            stem = f"fa_fwd_sm80_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
+            stem = f"fa_fwd_{arch}_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
             fn = f"register_{stem}"
-            body = "".join(f"  // {c.short_name()}\n  register_kernel<{c.cpp()}>(registry);\n"
+            body = "".join(f"  // {c.short_name()}\n  {register}<{c.cpp()}>(registry);\n"
                            for c in members[start:start + args.per_file])
-            text = (BANNER + '#include "cuda/forward_kernel.cuh"\n\nnamespace fa::cuda {\n\n'
+            text = (BANNER + f'#include "{header}"\n\nnamespace fa::cuda {{\n\n'
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")
             path = os.path.join(args.out, stem + ".cu")
             write_if_changed(path, text)
-            sources.append(path)
+            sources[family].append(path)
             functions.append(fn)
 
     decls = "".join(f"void {fn}(Registry& registry);\n" for fn in functions)
@@ -273,9 +319,9 @@ def main():
     picks, candidates = [], []
     for arch, rows in sorted(tables.items()):
         for kind, d, causal, max_seqlen, config in rows:
-            if kind == "pick":
+            if kind in ("pick", "fallback"):
                 picks.append(f"    {{{arch}, {d}, {'true' if causal else 'false'}, {max_seqlen}, "
-                             f"{config.cpp()}}},\n")
+                             f"{config.cpp()}, {'true' if kind == 'fallback' else 'false'}}},\n")
             else:
                 candidates.append(f"    {{{arch}, {d}, {'true' if causal else 'false'}, "
                                   f"{config.cpp()}}},\n")
@@ -285,7 +331,7 @@ def main():
                      "// each config is a placeholder, replaced by the problem's.\n"
                      "std::span<ChoicePick const> choice_picks() {\n"
                      "  static constexpr ChoicePick kPicks[] = {\n" + "".join(picks) +
-                     "      {0, 0, false, 0, KernelConfig{}}};\n"
+                     "      {0, 0, false, 0, KernelConfig{}, false}};\n"
                      "  return {kPicks, std::size(kPicks) - 1};\n}\n\n"
                      "std::span<ChoiceCandidate const> choice_candidates() {\n"
                      "  static constexpr ChoiceCandidate kCandidates[] = {\n" + "".join(candidates) +
@@ -294,7 +340,9 @@ def main():
                      "}  // namespace fa::cuda\n")
     write_if_changed(os.path.join(args.out, "kernels.txt"),
                      "".join(c.short_name() + "\n" for c in configs))
-    write_if_changed(os.path.join(args.out, "sources.txt"), "".join(s + "\n" for s in sources))
+    write_if_changed(os.path.join(args.out, "sources.txt"), "".join(s + "\n" for s in sources[0]))
+    write_if_changed(os.path.join(args.out, "sources_sm90.txt"),
+                     "".join(s + "\n" for s in sources[1]))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
         --out src/cuda/heuristic_sm90.txt
 
 For each (head dim, causal, sequence length) of the sweep the fastest kernel becomes the pick for
-sequences up to that length; per (head dim, causal) the --candidates kernels with the best geometric
+sequences up to that length, and, where that is an sm90 kernel, the fastest mma.sync kernel the
+fallback (for devices or builds without the sm90 family, and problems it does not run); per (head dim, causal) the --candidates kernels with the best geometric
 mean over the lengths are kept as extra autotuning candidates. The output is a plain table that
 tools/generate_kernels.py reads: it compiles every kernel named there into the default build and
 emits the table as the library's choice. Times within --tie (relative) of the best count as a tie,
@@ -42,17 +43,27 @@ def main():
              "#   pick <head_dim> <causal> <max_seqlen> | <config without dtype>",
              "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
              "#     (head_dim, causal) also serves longer sequences)",
+             "#   fallback <head_dim> <causal> <max_seqlen> | <config>: the mma.sync kernel where",
+             "#     the pick is of the sm90 family and cannot run",
              "#   candidate <head_dim> <causal> | <config>: also built, also timed by fa_autotune()"]
-    for d, causal in sorted({(k[0], k[1]) for k in by_point}):
-        seqlens = sorted(k[2] for k in by_point if k[:2] == (d, causal))
-        previous = None
+
+    def rows(kind, d, causal, seqlens, keep):
+        previous, out = None, []
         for s in seqlens:
-            times = by_point[(d, causal, s)]
+            times = {k: t for k, t in by_point[(d, causal, s)].items() if keep(k)}
             best = max(times, key=times.get)
             if previous in times and times[previous] >= times[best] * (1 - args.tie):
                 best = previous
-            lines.append(f"pick {d} {causal} {s} | {best}")
+            out.append(f"{kind} {d} {causal} {s} | {best}")
             previous = best
+        return out
+
+    for d, causal in sorted({(k[0], k[1]) for k in by_point}):
+        seqlens = sorted(k[2] for k in by_point if k[:2] == (d, causal))
+        picks = rows("pick", d, causal, seqlens, lambda k: True)
+        lines += picks
+        if any("sm90" in p for p in picks):
+            lines += rows("fallback", d, causal, seqlens, lambda k: "sm90" not in k)
         scores = collections.defaultdict(list)
         for s in seqlens:
             top = max(by_point[(d, causal, s)].values())

@@ -356,9 +356,20 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
   return FA_STATUS_SUCCESS;
 }
 
-fa_status to_kernel_config(fa_kernel_config const* in, KernelConfig* out) {
-  if (in == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "kernel config is NULL");
-  if (fa_status s = check_struct_size(in, "fa_kernel_config"); s != FA_STATUS_SUCCESS) return s;
+// fa_kernel_config as published in 0.2.0 ended with optimized_softmax.
+constexpr size_t kKernelConfigSize_0_2 = offsetof(fa_kernel_config, family);
+
+fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
+  if (caller == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "kernel config is NULL");
+  if (fa_status s = check_struct_size(caller, "fa_kernel_config", kKernelConfigSize_0_2);
+      s != FA_STATUS_SUCCESS) {
+    return s;
+  }
+  // An older caller's struct is shorter: the fields it lacks are 0.
+  fa_kernel_config full;
+  std::memset(&full, 0, sizeof full);
+  std::memcpy(&full, caller, std::min(caller->struct_size, sizeof full));
+  fa_kernel_config const* in = &full;
   struct Flag {
     char const* name;
     int32_t value;
@@ -367,7 +378,8 @@ fa_status to_kernel_config(fa_kernel_config const* in, KernelConfig* out) {
                         Flag{"eager_load_blocks", in->eager_load_blocks},
                         Flag{"swizzled", in->swizzled},
                         Flag{"mma_double_buffer_loads", in->mma_double_buffer_loads},
-                        Flag{"optimized_softmax", in->optimized_softmax}}) {
+                        Flag{"optimized_softmax", in->optimized_softmax},
+                        Flag{"overlap", in->overlap}}) {
     if (f.value != 0 && f.value != 1) {
       return fail(FA_STATUS_INVALID_ARGUMENT, "fa_kernel_config.%s = %d must be 0 or 1", f.name,
                   f.value);
@@ -376,17 +388,20 @@ fa_status to_kernel_config(fa_kernel_config const* in, KernelConfig* out) {
   *out = KernelConfig{static_cast<DType>(in->dtype), in->d_head, in->B_r, in->B_c, in->n_warps,
                       in->async_copy != 0, in->eager_load_blocks != 0, in->swizzled != 0,
                       in->Q_mma_load_K_tiles, in->K_mma_load_K_tiles, in->V_mma_load_K_tiles,
-                      in->mma_double_buffer_loads != 0, in->optimized_softmax != 0};
+                      in->mma_double_buffer_loads != 0, in->optimized_softmax != 0,
+                      in->family, in->stages, in->overlap != 0};
   return FA_STATUS_SUCCESS;
 }
 
 fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
   if (out == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "output kernel config is NULL");
-  if (out->struct_size < sizeof(fa_kernel_config)) {
+  bool const full = out->struct_size >= sizeof(fa_kernel_config);
+  if (!full && (out->struct_size < kKernelConfigSize_0_2 || in.family != kMmaSync)) {
     return fail(FA_STATUS_BAD_STRUCT_SIZE,
                 "fa_kernel_config.struct_size = %zu is smaller than %zu: initialise it with "
-                "fa_kernel_config_init()",
-                out->struct_size, sizeof(fa_kernel_config));
+                "fa_kernel_config_init()%s",
+                out->struct_size, sizeof(fa_kernel_config),
+                in.family != kMmaSync ? " (a 0.2 struct cannot hold an sm90 kernel)" : "");
   }
   out->dtype = static_cast<int32_t>(in.dtype);
   out->d_head = in.d_head;
@@ -401,6 +416,11 @@ fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
   out->V_mma_load_K_tiles = in.V_mma_load_K_tiles;
   out->mma_double_buffer_loads = in.mma_double_buffer_loads;
   out->optimized_softmax = in.optimized_softmax;
+  if (full) {
+    out->family = in.family;
+    out->stages = in.stages;
+    out->overlap = in.overlap;
+  }
   return FA_STATUS_SUCCESS;
 }
 

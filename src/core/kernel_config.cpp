@@ -70,18 +70,53 @@ char const* dtype_name(DType t) {
   return "?";
 }
 
+namespace {
+
+std::string validate_sm90(KernelConfig const& c) {
+  if (!rules::sm90_no_mma_sync_knobs(c))
+    return "the mma.sync knobs (async_copy, eager_load_blocks, swizzled, the load tiles, "
+           "mma_double_buffer_loads, optimized_softmax) must be 0 in the sm90 family";
+  if (!rules::sm90_warps_ok(c))
+    return fmt("n_warps = %d must be 8, 12 or 16 (a producer warpgroup and 1 to 3 consumer "
+               "warpgroups) in the sm90 family", c.n_warps);
+  if (!rules::sm90_B_r_ok(c))
+    return fmt("B_r = %d must be 64 per consumer warpgroup, %d with n_warps = %d", c.B_r,
+               16 * (c.n_warps - 4), c.n_warps);
+  if (!rules::sm90_B_c_ok(c))
+    return fmt("B_c = %d must be a multiple of 16 in [64, 256] (a wgmma N) in the sm90 family",
+               c.B_c);
+  if (!rules::sm90_stages_ok(c)) return fmt("stages = %d must be 2, 3 or 4", c.stages);
+  if (!rules::sm90_registers_ok(c))
+    return fmt("B_c = %d and d_head = %d need %d accumulator registers per thread (3 B_c / 4 + "
+               "d_head / 2), over the %d of a consumer with n_warps = %d",
+               c.B_c, c.d_head, c.B_c * 3 / 4 + c.d_head / 2, rules::sm90_consumer_regs(c) - 24,
+               c.n_warps);
+  if (!rules::smem_ok(c))
+    return fmt("shared memory 1024 + (B_r + 2 * stages * B_c) * d_head * 2 + barriers = %lld "
+               "bytes exceeds %d", static_cast<long long>(c.smem_bytes()), kMaxSmemBytesAnyArch);
+  return {};
+}
+
+}  // namespace
+
 std::string validate(KernelConfig const& c) {
   if (!rules::fields_in_range(c)) {
-    return fmt("d_head = %d, B_r = %d, B_c = %d, n_warps = %d and the load tiles (%d, %d, %d) "
-               "must each lie in [0, 65536]",
-               c.d_head, c.B_r, c.B_c, c.n_warps, c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles,
-               c.V_mma_load_K_tiles);
+    return fmt("d_head = %d, B_r = %d, B_c = %d, n_warps = %d, stages = %d and the load tiles "
+               "(%d, %d, %d) must each lie in [0, 65536]",
+               c.d_head, c.B_r, c.B_c, c.n_warps, c.stages, c.Q_mma_load_K_tiles,
+               c.K_mma_load_K_tiles, c.V_mma_load_K_tiles);
   }
+  if (!rules::family_ok(c))
+    return fmt("family = %d must be 0 (mma.sync) or 1 (sm90)", c.family);
   if (!rules::dtype_ok(c))
     return fmt("dtype = %d must be FP16 (%d) or BF16 (%d)", int(c.dtype), int(DType::kFP16),
                int(DType::kBF16));
   if (!rules::d_head_ok(c))
     return fmt("d_head = %d must be a multiple of 64 (the swizzle tile width) in [64, 256]", c.d_head);
+  if (c.family == kSm90) return validate_sm90(c);
+  if (!rules::mma_sync_stages_ok(c))
+    return fmt("stages = %d and overlap = %d must be 0 in the mma.sync family (sm90 knobs)",
+               c.stages, int(c.overlap));
   if (!rules::n_warps_ok(c)) return fmt("n_warps = %d must be 4 or 8", c.n_warps);
   if (!rules::B_r_ok(c))
     return fmt("B_r = %d must be a positive multiple of 16 * n_warps = %d (whole m16 tiles per warp)",
@@ -106,6 +141,7 @@ std::string validate(KernelConfig const& c) {
 }
 
 std::string autotune_filter(KernelConfig const& c) {
+  if (c.family == kSm90) return {};  // the seed's filter describes the mma.sync space only
   if (!c.async_copy && c.eager_load_blocks)
     return "eager_load_blocks without async_copy: synchronous copies cannot prefetch";
   if (c.Q_mma_load_K_tiles != c.K_mma_load_K_tiles && c.Q_mma_load_K_tiles != 0)
@@ -122,6 +158,10 @@ std::string autotune_filter(KernelConfig const& c) {
 
 std::string short_name(KernelConfig const& c) {
   std::string s = fmt("(%s, %d, %d, %d, %d): ", dtype_name(c.dtype), c.d_head, c.B_r, c.B_c, c.n_warps);
+  if (c.family == kSm90) return s + fmt("sm90+stages_%d", c.stages) + (c.overlap ? "+overlap" : "");
+  if (c.family != kMmaSync) s += fmt("family_%d+", c.family);
+  if (c.stages != 0) s += fmt("stages_%d+", c.stages);
+  if (c.overlap) s += "overlap+";
   if (c.async_copy) s += "async+";
   if (c.eager_load_blocks) s += "eager+";
   if (c.swizzled) s += "swizzled+";
@@ -173,7 +213,21 @@ bool parse_short_name(std::string_view text, KernelConfig* out, std::string* err
   bool have_load = false;
   for (std::string_view token : split(text.substr(close + 2), '+')) {
     token = trim(token);
-    if (token == "async") {
+    if (token == "sm90") {
+      c.family = kSm90;
+    } else if (token == "overlap") {
+      c.overlap = true;
+    } else if (token.starts_with("stages_")) {
+      if (!parse_int(token.substr(7), &c.stages)) {
+        *error = "malformed stages token \"" + std::string(token) + "\" (expected stages_<N>)";
+        return false;
+      }
+    } else if (token.starts_with("family_")) {
+      if (!parse_int(token.substr(7), &c.family)) {
+        *error = "malformed family token \"" + std::string(token) + "\" (expected family_<N>)";
+        return false;
+      }
+    } else if (token == "async") {
       c.async_copy = true;
     } else if (token == "eager") {
       c.eager_load_blocks = true;
@@ -196,7 +250,14 @@ bool parse_short_name(std::string_view text, KernelConfig* out, std::string* err
       return false;
     }
   }
-  if (!have_load) {
+  if (c.family == kSm90) {
+    if (have_load || c.async_copy || c.eager_load_blocks || c.swizzled || c.mma_double_buffer_loads ||
+        c.optimized_softmax) {
+      *error = "an sm90 kernel has no mma.sync features (async, eager, swizzled, load_*, buffer, "
+               "opt_softmax)";
+      return false;
+    }
+  } else if (!have_load) {
     *error = "missing the load_<Q>_<K>_<V>_tiles feature";
     return false;
   }

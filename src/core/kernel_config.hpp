@@ -29,17 +29,33 @@ struct KernelConfig {
   int32_t V_mma_load_K_tiles;
   bool mma_double_buffer_loads;
   bool optimized_softmax;
+  // Since 0.3: the kernel family, and the Hopper family's knob. The family's other knobs reuse
+  // the fields above: B_r = 64 per consumer warpgroup, n_warps = 4 per warpgroup (one producer
+  // warpgroup plus the consumers), B_c the keys per pipeline stage; the mma.sync booleans and
+  // load granularities are 0 there.
+  int32_t family = 0;  // Family::kMmaSync or Family::kSm90
+  int32_t stages = 0;  // sm90: K/V pipeline stages in shared memory (2 to 4); mma.sync: 0
+  bool overlap = false;  // sm90: softmax overlapped with the next block's wgmma; mma.sync: false
 
   // Lexicographic over the fields in declaration order, false < true: the seed's operator<.
   constexpr auto operator<=>(KernelConfig const&) const = default;
 
   constexpr int64_t threads() const { return int64_t(n_warps) * 32; }
-  // Q, K and V tiles, single-buffered; O is staged in Q's region. In int64: the rules evaluate it
+  // mma.sync: Q, K and V tiles, single-buffered; O is staged in Q's region. sm90: the Q tile,
+  // `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, and the
+  // pipeline's mbarriers (forward_sm90.cuh's Tile::kSmemBytes). In int64: the rules evaluate it
   // on unvalidated configs, whose fields can be anything.
   constexpr int64_t smem_bytes() const {
+    if (family == 1) {
+      return 1024 + (int64_t(B_r) + 2 * int64_t(stages) * B_c) * d_head * dtype_size(dtype) +
+             8 * (1 + 4 * int64_t(stages));
+    }
     return (int64_t(B_r) + 2 * int64_t(B_c)) * d_head * dtype_size(dtype);
   }
 };
+
+// Values of KernelConfig::family (and fa_kernel_config.family).
+enum Family : int32_t { kMmaSync = 0, kSm90 = 1 };
 
 // Hopper's opt-in limit per block (227 KiB); sm_80 allows 163 KiB, checked per device at run time.
 inline constexpr int kMaxSmemBytesAnyArch = 227 * 1024;
@@ -102,13 +118,52 @@ constexpr bool smem_ok(KernelConfig const& c) { return c.smem_bytes() <= kMaxSme
 constexpr bool fields_in_range(KernelConfig const& c) {
   return in_range(c.d_head) && in_range(c.B_r) && in_range(c.B_c) && in_range(c.n_warps) &&
          in_range(c.Q_mma_load_K_tiles) && in_range(c.K_mma_load_K_tiles) &&
-         in_range(c.V_mma_load_K_tiles);
+         in_range(c.V_mma_load_K_tiles) && in_range(c.stages);
+}
+
+// ---- The sm90 family ----
+constexpr bool family_ok(KernelConfig const& c) {
+  return c.family == kMmaSync || c.family == kSm90;
+}
+// The mma.sync family has no pipeline-stage or overlap knob.
+constexpr bool mma_sync_stages_ok(KernelConfig const& c) { return c.stages == 0 && !c.overlap; }
+// The mma.sync knobs do not exist in the sm90 family: all 0, so one config names one kernel.
+constexpr bool sm90_no_mma_sync_knobs(KernelConfig const& c) {
+  return !c.async_copy && !c.eager_load_blocks && !c.swizzled && c.Q_mma_load_K_tiles == 0 &&
+         c.K_mma_load_K_tiles == 0 && c.V_mma_load_K_tiles == 0 && !c.mma_double_buffer_loads &&
+         !c.optimized_softmax;
+}
+// One producer warpgroup and 1 to 3 consumer warpgroups (the register split of
+// forward_sm90.cuh's Tile for each count).
+constexpr bool sm90_warps_ok(KernelConfig const& c) {
+  return c.n_warps == 8 || c.n_warps == 12 || c.n_warps == 16;
+}
+// Each consumer warpgroup owns one m64 wgmma row slab.
+constexpr bool sm90_B_r_ok(KernelConfig const& c) { return c.B_r == 16 * (c.n_warps - 4); }
+// S = Q K^T is one m64nB_c wgmma per k16 step: N a multiple of 16 (P V steps 16 keys at a time)
+// from 64 to 256 (the wgmma shapes generate_wgmma.py emits).
+constexpr bool sm90_B_c_ok(KernelConfig const& c) {
+  return c.B_c >= 64 && c.B_c <= 256 && c.B_c % 16 == 0;
+}
+constexpr bool sm90_stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stages <= 4; }
+// Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
+// (d_head / 2 floats) stay in registers, within the reallocated budget (240 with 2 consumer
+// warpgroups, 160 with 3, 256 with 1) less 24 for addresses, row statistics and indices.
+constexpr int sm90_consumer_regs(KernelConfig const& c) {
+  return c.n_warps == 8 ? 256 : c.n_warps == 12 ? 240 : 160;
+}
+constexpr bool sm90_registers_ok(KernelConfig const& c) {
+  return int64_t(c.B_c) * 3 / 4 + c.d_head / 2 <= sm90_consumer_regs(c) - 24;
 }
 
 constexpr bool all(KernelConfig const& c) {
-  return fields_in_range(c) && dtype_ok(c) && d_head_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) &&
-         copy_rows_ok(c) && Q_tiles_ok(c) && K_tiles_ok(c) && V_tiles_ok(c) && QK_tiles_match(c) &&
-         smem_ok(c);
+  if (!fields_in_range(c) || !family_ok(c) || !dtype_ok(c) || !d_head_ok(c)) return false;
+  if (c.family == kSm90) {
+    return sm90_no_mma_sync_knobs(c) && sm90_warps_ok(c) && sm90_B_r_ok(c) && sm90_B_c_ok(c) &&
+           sm90_stages_ok(c) && sm90_registers_ok(c) && smem_ok(c);
+  }
+  return mma_sync_stages_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) && copy_rows_ok(c) &&
+         Q_tiles_ok(c) && K_tiles_ok(c) && V_tiles_ok(c) && QK_tiles_match(c) && smem_ok(c);
 }
 
 }  // namespace rules
@@ -120,6 +175,7 @@ constexpr bool all(KernelConfig const& c) {
 //   - V loaded B_c/8 fragments at a time is the whole block, as V = 0;
 //   - double buffering changes nothing when neither GEMM loads in more than one group.
 constexpr KernelConfig canonical(KernelConfig c) {
+  if (c.family != kMmaSync) return c;  // every sm90 knob changes the code
   // int64: the config may be unvalidated.
   int64_t const k8 = int64_t(c.K_mma_load_K_tiles) * 8, v8 = int64_t(c.V_mma_load_K_tiles) * 8;
   if (c.Q_mma_load_K_tiles == 0 && k8 == c.d_head) c.K_mma_load_K_tiles = 0;
@@ -137,7 +193,8 @@ std::string validate(KernelConfig const& c);
 // dropped it.
 std::string autotune_filter(KernelConfig const& c);
 
-// "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer"
+// "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer" (mma.sync) or
+// "(BF16, 128, 128, 128, 12): sm90+stages_2" (sm90)
 std::string short_name(KernelConfig const& c);
 
 // "FP16", "BF16" or "FP32".

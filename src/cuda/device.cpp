@@ -205,7 +205,24 @@ namespace {
 // Packing the query heads of one K/V head into a tile pays when one head's rows would leave the
 // tile mostly empty (decode: seqlen_q < B_r); K and V are then read once per group.
 bool pack_gqa(KernelConfig const& k, Problem const& p) {
-  return p.heads_q > p.heads_kv && p.seqlen_q < k.B_r;
+  return k.family == kMmaSync && p.heads_q > p.heads_kv && p.seqlen_q < k.B_r;
+}
+
+// What the sm90 family does not run (yet): it reads dense tensors through TMA maps and keeps
+// raw scores with the scale folded into exp2 (forward_sm90.cuh); empty when it runs `p`.
+std::string sm90_cannot_run(Problem const& p) {
+  if (p.layout != Layout::kDense) return "the sm90 family runs the dense layout only";
+  if (p.softcap > 0.f) return "the sm90 family has no soft-capping";
+  if (p.alibi != Alibi::kNone) return "the sm90 family has no ALiBi";
+  if (p.sinks) return "the sm90 family has no attention sinks";
+  if (p.softmax_scale < 0.f) return "the sm90 family needs softmax_scale > 0";
+  if (p.num_splits > 1) return "the sm90 family does not split the keys (num_splits > 1)";
+  // A TMA map's strides must stay below 2^40 bytes.
+  for (int64_t stride : {p.q.batch, p.q.seq, p.q.head, p.k.batch, p.k.seq, p.k.head, p.v.batch,
+                         p.v.seq, p.v.head}) {
+    if (stride >= (int64_t(1) << 39)) return "a stride of 2^39 elements or more (TMA's limit)";
+  }
+  return {};
 }
 
 int64_t unsplit_blocks(KernelConfig const& k, Problem const& p, bool pack) {
@@ -223,6 +240,9 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
   }
   if (k.d_head != p.head_dim) {
     return say("d_head differs from fa_config.head_dim = " + std::to_string(p.head_dim));
+  }
+  if (k.family == kSm90) {
+    if (std::string why = sm90_cannot_run(p); !why.empty()) return say(why);
   }
   // One thread block per (query block, head, batch), on a one-dimensional grid; splits multiply
   // it, but only up to the unsplit grid's limit (the schedule caps them).
@@ -248,8 +268,8 @@ bool decode_kernel(KernelConfig const& k) { return k.B_r == 64 && k.n_warps == 4
 
 fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out) {
   // Decode-like problems take a decode kernel. Otherwise the measured table's kernel when this
-  // build has it; else (a build that left it out) the runnable kernel with the largest tile, the
-  // shape that won most of the sweep.
+  // build has it; else (a build that left both the pick and its fallback out) the runnable
+  // kernel with the largest tile, the shape that won most of the sweep.
   if (decode_like(p)) {
     KernelEntry const* best = nullptr;
     for (KernelEntry const* e : device.kernels) {
@@ -263,7 +283,19 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
       return FA_STATUS_SUCCESS;
     }
   }
-  std::optional<KernelConfig> const table = table_choice(device.cc_major * 10 + device.cc_minor, p);
+  // The table's pick, or where it cannot run here (an sm90 kernel on another arch, in a build
+  // without it, or on a problem that family does not run) the table's mma.sync fallback.
+  int const arch = device.cc_major * 10 + device.cc_minor;
+  for (bool table_fallback : {false, true}) {
+    std::optional<KernelConfig> const table = table_choice(arch, p, table_fallback);
+    if (!table) continue;
+    for (KernelEntry const* e : device.kernels) {
+      if (e->config == *table && cannot_run(e->config, p).empty()) {
+        *out = e;
+        return FA_STATUS_SUCCESS;
+      }
+    }
+  }
   KernelEntry const* fallback = nullptr;
   std::string reason;
   for (KernelEntry const* e : device.kernels) {
@@ -275,10 +307,6 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
         reason = why;
       }
       continue;
-    }
-    if (table && e->config == *table) {
-      *out = e;
-      return FA_STATUS_SUCCESS;
     }
     if (fallback == nullptr ||
         e->config.B_r * e->config.B_c > fallback->config.B_r * fallback->config.B_c) {
@@ -307,7 +335,7 @@ Schedule make_schedule(Device const& device, KernelEntry const& kernel, Problem 
   int splits = 1;
   // Partials are indexed by int32 rows, and the combine kernel has a warp per (row, head).
   bool const splittable = p.q_rows() * p.heads_q <= INT32_MAX;
-  if (!splittable) {
+  if (!splittable || k.family == kSm90) {
     splits = 1;
   } else if (p.num_splits > 0) {
     splits = p.num_splits;
@@ -366,6 +394,7 @@ ForwardParams make_params(KernelConfig const& k, Problem const& p, Schedule cons
   f.seqlen_q = static_cast<int32_t>(p.seqlen_q);
   f.seqlen_k = static_cast<int32_t>(p.seqlen_k);
   f.heads_q = static_cast<int32_t>(p.heads_q);
+  f.batch = static_cast<int32_t>(p.batch);
   f.q_heads_per_kv = static_cast<int32_t>(p.heads_q / p.heads_kv);
   f.pack_gqa = s.pack_gqa ? 1 : 0;
   f.head_units = static_cast<int32_t>(s.pack_gqa ? p.heads_kv : p.heads_q);

@@ -21,6 +21,7 @@ struct ForwardParams {
   int32_t seqlen_q;        // dense: every sequence's; varlen: the upper bound (max_seqlen_q)
   int32_t seqlen_k;        // dense: every sequence's; varlen: the bound; caches: the capacity
   int32_t heads_q;
+  int32_t batch;           // sequences (the sm90 family's tensor maps span them)
   int32_t q_heads_per_kv;  // heads_q / heads_kv
   // With pack_gqa the q_heads_per_kv query heads of one K/V head share a tile: tile row r is
   // query r / q_heads_per_kv of head kv_head * q_heads_per_kv + r % q_heads_per_kv, so K and V

@@ -17,12 +17,15 @@ int nearest_table_arch(int arch) {
   return best;
 }
 
-std::optional<KernelConfig> table_choice(int arch, Problem const& p) {
+std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback) {
   int const table = nearest_table_arch(arch);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   ChoicePick const* chosen = nullptr;
   for (ChoicePick const& pick : choice_picks()) {
-    if (pick.arch != table || pick.d_head != p.head_dim || pick.causal != p.causal) continue;
+    if (pick.arch != table || pick.d_head != p.head_dim || pick.causal != p.causal ||
+        pick.fallback != fallback) {
+      continue;
+    }
     // Rows come sorted by max_seqlen: the first that covers the length, else the longest.
     chosen = &pick;
     if (length <= pick.max_seqlen) break;

@@ -18,6 +18,7 @@ struct ChoicePick {
   bool causal;
   int64_t max_seqlen;  // for max(seqlen_q, seqlen_k) up to this (the last row: any longer)
   KernelConfig config; // its dtype is a placeholder
+  bool fallback;       // a "fallback" row: the mma.sync kernel where the sm90 pick cannot run
 };
 
 struct ChoiceCandidate {
@@ -30,9 +31,10 @@ struct ChoiceCandidate {
 std::span<ChoicePick const> choice_picks();            // generated
 std::span<ChoiceCandidate const> choice_candidates();  // generated
 
-// The measured table's kernel for `p` on a device of compute capability `arch`, with p's dtype.
-// Only an sm_90 (H200) table is measured so far; other archs use the nearest measured one.
-std::optional<KernelConfig> table_choice(int arch, Problem const& p);
+// The measured table's kernel for `p` on a device of compute capability `arch`, with p's dtype:
+// its pick, or (`fallback`) the mma.sync kernel for when the pick cannot run. Only an sm_90
+// table is measured so far; other archs use the nearest measured one.
+std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback);
 
 // The table's autotuning candidates for `p` (dtype set to p's), in table order.
 template <class Visit>

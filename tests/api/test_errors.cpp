@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -353,6 +354,28 @@ TEST_CASE("registry queries: NULL arguments and small buffers") {
   small.struct_size = 4;
   CHECK(fa_kernel_config_validate(&small) == FA_STATUS_BAD_STRUCT_SIZE);
   CHECK(fa_kernel_get(0, &small) == FA_STATUS_BAD_STRUCT_SIZE);
+
+  // A caller built against 0.2 passes the struct without family and stages: it reads as the
+  // mma.sync family, writes of mma.sync kernels fill it, and an sm90 kernel does not fit it.
+  size_t const size_0_2 = offsetof(fa_kernel_config, family);
+  fa_kernel_config old = kc;
+  old.struct_size = size_0_2;
+  old.family = 7;  // past the caller's struct: never read
+  CHECK(fa_kernel_config_validate(&old) == FA_STATUS_SUCCESS);
+  fa_kernel_config sm90;
+  REQUIRE(fa_kernel_config_init(&sm90) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2", &sm90) ==
+          FA_STATUS_SUCCESS);
+  CHECK(sm90.family == FA_FAMILY_SM90);
+  CHECK(sm90.stages == 2);
+  old.family = 7;
+  CHECK(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2", &old) ==
+        FA_STATUS_BAD_STRUCT_SIZE);
+  CHECK(std::string(fa_last_error_detail()).find("sm90") != std::string::npos);
+  CHECK(old.family == 7);
+  CHECK(fa_kernel_config_parse("(FP16, 128, 64, 64, 4): async+load_0_0_0_tiles", &old) ==
+        FA_STATUS_SUCCESS);
+  CHECK(old.family == 7);  // the 0.2 caller's struct ends before it
   int flag = 0;
   CHECK(fa_kernel_config_autotune_filter(&kc, nullptr) == FA_STATUS_INVALID_ARGUMENT);
   CHECK(fa_kernel_is_registered(&kc, nullptr) == FA_STATUS_INVALID_ARGUMENT);

@@ -12,7 +12,15 @@ namespace {
 struct Knobs {
   int32_t dtype = FA_DTYPE_BF16, d_head = 128, B_r = 128, B_c = 64, n_warps = 4;
   int32_t async_copy = 1, eager = 1, swizzled = 1, Q = 2, K = 2, V = 0, buffer = 1, opt = 0;
+  int32_t family = FA_FAMILY_MMA_SYNC, stages = 0, overlap = 0;
 };
+
+// The sm90 family's knobs, from its default build's d 128 kernel.
+Knobs sm90(Knobs k) {
+  k.family = FA_FAMILY_SM90;
+  k.async_copy = k.eager = k.swizzled = k.Q = k.K = k.V = k.buffer = k.opt = 0;
+  return k;
+}
 
 fa_kernel_config make(Knobs const& k) {
   fa_kernel_config c;
@@ -30,6 +38,9 @@ fa_kernel_config make(Knobs const& k) {
   c.V_mma_load_K_tiles = k.V;
   c.mma_double_buffer_loads = k.buffer;
   c.optimized_softmax = k.opt;
+  c.family = k.family;
+  c.stages = k.stages;
+  c.overlap = k.overlap;
   return c;
 }
 
@@ -135,6 +146,71 @@ TEST_CASE("validity rules: each rule accepts its good side and rejects its bad s
   SUBCASE("shared memory within 227 KiB") {
     check_valid({.d_head = 256, .B_r = 128, .B_c = 128});
     check_invalid({.d_head = 256, .B_r = 256, .B_c = 128, .n_warps = 8}, "shared memory");
+  }
+}
+
+TEST_CASE("sm90 family rules: each accepts its good side and rejects its bad side") {
+  Knobs const base = sm90({.B_r = 128, .B_c = 128, .n_warps = 12, .stages = 2});
+  check_valid(base);
+  auto with = [&](auto change) {
+    Knobs k = base;
+    change(k);
+    return k;
+  };
+  SUBCASE("family: 0 or 1") {
+    check_invalid(with([](Knobs& k) { k.family = 2; }), "family");
+    check_invalid(with([](Knobs& k) { k.family = -1; }), "family");
+  }
+  SUBCASE("the mma.sync knobs are 0, and stages is an sm90 knob") {
+    check_invalid(with([](Knobs& k) { k.swizzled = 1; }), "mma.sync knobs");
+    check_invalid(with([](Knobs& k) { k.V = 2; }), "mma.sync knobs");
+    check_invalid(Knobs{.stages = 2}, "stages");
+    check_invalid(Knobs{.overlap = 1}, "overlap");
+    check_valid(with([](Knobs& k) { k.overlap = 1; }));
+  }
+  SUBCASE("warpgroups: a producer and 1 to 3 consumers of 64 rows each") {
+    check_valid(with([](Knobs& k) { k.n_warps = 8, k.B_r = 64; }));
+    check_valid(with([](Knobs& k) { k.n_warps = 16, k.B_r = 192, k.B_c = 64; }));
+    check_invalid(with([](Knobs& k) { k.n_warps = 4, k.B_r = 0; }), "n_warps");
+    check_invalid(with([](Knobs& k) { k.n_warps = 20, k.B_r = 256; }), "n_warps");
+    check_invalid(with([](Knobs& k) { k.B_r = 64; }), "B_r");
+  }
+  SUBCASE("B_c: a wgmma N, a multiple of 16 in [64, 256]") {
+    check_valid(with([](Knobs& k) { k.B_c = 176; }));
+    check_invalid(with([](Knobs& k) { k.B_c = 48; }), "B_c");
+    check_invalid(with([](Knobs& k) { k.B_c = 136; }), "B_c");
+  }
+  SUBCASE("stages: 2 to 4") {
+    check_valid(with([](Knobs& k) { k.stages = 3; }));
+    check_invalid(with([](Knobs& k) { k.stages = 1; }), "stages");
+    check_invalid(with([](Knobs& k) { k.stages = 5; }), "stages");
+  }
+  SUBCASE("accumulators within the consumer's registers") {
+    check_valid(with([](Knobs& k) { k.d_head = 256, k.B_c = 64; }));
+    check_invalid(with([](Knobs& k) { k.d_head = 256, k.B_c = 128; }), "registers");
+    check_invalid(with([](Knobs& k) { k.n_warps = 16, k.B_r = 192, k.B_c = 192; }), "registers");
+  }
+  SUBCASE("shared memory within 227 KiB") {
+    check_valid(with([](Knobs& k) { k.stages = 3; }));
+    check_invalid(with([](Knobs& k) { k.stages = 4; }), "shared memory");
+  }
+  SUBCASE("names round-trip and the seed's filter keeps every sm90 config") {
+    fa_kernel_config c = make(base);
+    CHECK(name_of(c) == "(BF16, 128, 128, 128, 12): sm90+stages_2");
+    fa_kernel_config parsed;
+    REQUIRE(fa_kernel_config_init(&parsed) == FA_STATUS_SUCCESS);
+    REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2", &parsed) ==
+            FA_STATUS_SUCCESS);
+    CHECK(std::memcmp(&parsed, &c, sizeof c) == 0);
+    CHECK(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2+swizzled", &parsed) ==
+          FA_STATUS_PARSE_ERROR);
+    CHECK(std::string(fa_last_error_detail()).find("no mma.sync features") != std::string::npos);
+    CHECK(kept(base));
+    fa_kernel_config overlapped = make(with([](Knobs& k) { k.overlap = 1; }));
+    CHECK(name_of(overlapped) == "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap");
+    REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap", &parsed) ==
+            FA_STATUS_SUCCESS);
+    CHECK(std::memcmp(&parsed, &overlapped, sizeof c) == 0);
   }
 }
 

@@ -37,9 +37,9 @@ std::vector<Row> read_table(std::string const& path) {
     Row r;
     std::istringstream fields(line.substr(0, bar));
     fields >> r.kind >> r.head_dim >> r.causal;
-    if (r.kind == "pick") fields >> r.max_seqlen;
+    if (r.kind == "pick" || r.kind == "fallback") fields >> r.max_seqlen;
     r.config = line.substr(bar + 3);
-    REQUIRE_MESSAGE((r.kind == "pick" || r.kind == "candidate"), line);
+    REQUIRE_MESSAGE((r.kind == "pick" || r.kind == "fallback" || r.kind == "candidate"), line);
     rows.push_back(r);
   }
   return rows;
@@ -68,8 +68,9 @@ TEST_CASE("choice tables name valid kernels, each (head dim, causal) covered in 
         // The default set is built from these tables: every named kernel of a built dtype and head
         // dim must be in the registry.
         std::string const dtype_option = dtype[0] == 'F' ? "fp16" : "bf16";
-        bool const built = std::string(FA_KERNEL_SET_NAME) == "default" ||
-                           std::string(FA_KERNEL_SET_NAME) == "all";
+        bool const built = (std::string(FA_KERNEL_SET_NAME) == "default" ||
+                            std::string(FA_KERNEL_SET_NAME) == "all") &&
+                           (kc.family != FA_FAMILY_SM90 || FA_SM90_BUILT);
         bool wanted = false;
         for (std::string const& d : split(FA_BUILT_DTYPES, ',')) wanted |= d == dtype_option;
         bool head_dim_built = false;
@@ -82,10 +83,12 @@ TEST_CASE("choice tables name valid kernels, each (head dim, causal) covered in 
           CHECK(registered == 1);
         }
       }
-      if (r.kind == "pick" && i > 0 && rows[i - 1].kind == "pick" &&
+      if (r.kind != "candidate" && i > 0 && rows[i - 1].kind == r.kind &&
           rows[i - 1].head_dim == r.head_dim && rows[i - 1].causal == r.causal) {
         CHECK(rows[i - 1].max_seqlen < r.max_seqlen);
       }
+      // A fallback stands in where the sm90 family cannot run: it is of the mma.sync family.
+      if (r.kind == "fallback") CHECK(r.config.find("sm90") == std::string::npos);
     }
   }
 }

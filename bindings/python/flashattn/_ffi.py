@@ -99,6 +99,9 @@ class fa_kernel_config(Structure):
         ("V_mma_load_K_tiles", c_int32),
         ("mma_double_buffer_loads", c_int32),
         ("optimized_softmax", c_int32),
+        ("family", c_int32),  # since 0.3
+        ("stages", c_int32),
+        ("overlap", c_int32),
     ]
 
 

@@ -713,6 +713,22 @@ pub struct KernelConfig {
     pub v_mma_load_k_tiles: i32,
     pub mma_double_buffer_loads: bool,
     pub optimized_softmax: bool,
+    /// The kernel family; the mma.sync knobs above are off in the sm90 family.
+    pub family: Family,
+    /// sm90: K/V pipeline stages in shared memory; 0 in the mma.sync family.
+    pub stages: i32,
+    /// sm90: the softmax overlapped with the next key block's wgmma; off in the mma.sync family.
+    pub overlap: bool,
+}
+
+/// The kernel families (`fa_kernel_family`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Family {
+    /// The FA2 kernel (mma.sync), sm_80 and newer.
+    #[default]
+    MmaSync,
+    /// The Hopper kernel (TMA, wgmma, warp specialisation), compute capability 9.0 only.
+    Sm90,
 }
 
 fn empty_kernel_config() -> sys::fa_kernel_config {
@@ -739,6 +755,12 @@ impl KernelConfig {
         raw.V_mma_load_K_tiles = self.v_mma_load_k_tiles;
         raw.mma_double_buffer_loads = self.mma_double_buffer_loads as i32;
         raw.optimized_softmax = self.optimized_softmax as i32;
+        raw.family = (match self.family {
+            Family::MmaSync => sys::FA_FAMILY_MMA_SYNC,
+            Family::Sm90 => sys::FA_FAMILY_SM90,
+        }) as i32;
+        raw.stages = self.stages;
+        raw.overlap = self.overlap as i32;
         raw
     }
 
@@ -759,6 +781,15 @@ impl KernelConfig {
             v_mma_load_k_tiles: raw.V_mma_load_K_tiles,
             mma_double_buffer_loads: raw.mma_double_buffer_loads != 0,
             optimized_softmax: raw.optimized_softmax != 0,
+            family: match raw.family as sys::fa_kernel_family {
+                sys::FA_FAMILY_MMA_SYNC => Family::MmaSync,
+                sys::FA_FAMILY_SM90 => Family::Sm90,
+                other => {
+                    return Err(Error::new(Status::InvalidArgument, format!("family = {other}")))
+                }
+            },
+            stages: raw.stages,
+            overlap: raw.overlap != 0,
         })
     }
 

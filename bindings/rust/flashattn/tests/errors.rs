@@ -1,7 +1,7 @@
 //! Every status maps to its variant and back; real failures carry the library's detail.
 use std::path::Path;
 
-use flashattn::{sys, Config, Context, DType, Device, KernelConfig, Status};
+use flashattn::{sys, Config, Context, DType, Device, Family, KernelConfig, Status};
 
 #[test]
 fn every_status_value_maps_both_ways() {
@@ -82,7 +82,15 @@ fn devices_kernels_and_tuning_report_their_status() {
     let e = bad.validate().err().unwrap();
     assert_eq!(e.status(), Status::InvalidKernelConfig);
     assert!(e.detail().contains("d_head = 96"), "{e}");
+    let hopper: KernelConfig = "(BF16, 128, 128, 128, 12): sm90+stages_3+overlap".parse().unwrap();
+    assert_eq!((hopper.family, hopper.stages, hopper.overlap), (Family::Sm90, 3, true));
+    assert!(!hopper.async_copy && hopper.q_mma_load_k_tiles == 0);
+    hopper.validate().unwrap();
+    assert_eq!(hopper.to_string(), "(BF16, 128, 128, 128, 12): sm90+stages_3+overlap");
+    let e = KernelConfig { stages: 5, ..hopper }.validate().err().unwrap();
+    assert!(e.detail().contains("stages = 5"), "{e}");
     let dropped: KernelConfig = "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_0_0_0_tiles".parse().unwrap();
+    assert_eq!((dropped.family, dropped.stages, dropped.overlap), (Family::MmaSync, 0, false));
     assert!(dropped.autotune_filter().unwrap().unwrap().contains("B_r = 128"));
 
     let ctx = Context::new(Device::Cpu).unwrap();
