@@ -475,15 +475,23 @@ typedef struct fa_kernel_config {
   int32_t mma_double_buffer_loads;   /*!< Load the next tile into registers before the current MMAs. */
   int32_t optimized_softmax;         /*!< Specialise the first key block (no rescaling of l and O). */
 
-  /* ---- Since 0.3.0. A caller built against 0.2 passes the smaller struct_size: its configs read
-   *      as family 0, stages 0 and overlap 0, and a kernel of another family cannot be written into its
-   *      struct (FA_STATUS_BAD_STRUCT_SIZE). ---- */
+  /* ---- Since 0.3.0. A caller built against 0.2 passes the smaller struct_size: its configs
+   *      read as family 0 with every field below 0, and a kernel of another family cannot be
+   *      written into its struct (FA_STATUS_BAD_STRUCT_SIZE). ---- */
   int32_t family;                    /*!< fa_kernel_family. */
   int32_t stages;                    /*!< FA_FAMILY_SM90: K/V tiles in flight in shared memory (2-4);
                                           0 in the mma.sync family. */
   int32_t overlap;                   /*!< FA_FAMILY_SM90: 1 runs each key block's softmax while the
                                           tensor cores compute the next block's QK^T and this
                                           block's predecessor's PV; 0 in the mma.sync family. */
+  int32_t pingpong;                  /*!< FA_FAMILY_SM90 with n_warps = 12: 1 makes the two consumer
+                                          warpgroups take turns issuing their wgmma, so one's
+                                          softmax runs while the other's matrix products do;
+                                          0 in the mma.sync family. */
+  int32_t persistent;                /*!< FA_FAMILY_SM90: 1 launches one thread block per SM that
+                                          walks the query tiles, loading the next tile's Q and K
+                                          while the current one's output is written; 0 launches a
+                                          block per tile (and is 0 in the mma.sync family). */
 } fa_kernel_config;
 
 /*! fa_kernel_family : the kernel families. Values pinned. Since 0.3.0.

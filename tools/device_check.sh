@@ -42,14 +42,16 @@ step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error
   "$build/tests/flashattn_gpu_tests"
 step racecheck env FA_GPU_TEST_SAMPLE=16 compute-sanitizer --tool racecheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
-# The sm90 family under each tool: every third of its kernels (its knob values: both dtypes,
-# every head dim, 2 and 3 stages, overlap on and off) on the kernel test's problems of up to
-# 200000 score elements (64 of the 72: 1013 keys against 177 queries the largest), each tool at
-# most FA_SANITIZER_TIMEOUT seconds (240).
+# The sm90 family under each tool: every FA_SM90_SAMPLE-th of its kernels (3: in the default
+# build that is both dtypes, every head dim, 2 and 3 stages; in FA_KERNEL_SET=sm90 every knob
+# takes both values) on the kernel test's problems of up to 200000 score elements (66 of the 74:
+# 1013 keys against 177 queries the largest; the many-tile batches included), each tool at most
+# FA_SANITIZER_TIMEOUT seconds (240).
 for tool in memcheck racecheck synccheck; do
   step "sm90_$tool" timeout "${FA_SANITIZER_TIMEOUT:-240}" env FA_GPU_TEST_FAMILY=1 \
-    FA_GPU_TEST_SAMPLE=3 FA_GPU_TEST_MAX_WORK=200000 compute-sanitizer --tool "$tool" \
-    --error-exitcode 3 "$build/tests/flashattn_gpu_tests" --test-case="every registered kernel*"
+    FA_GPU_TEST_SAMPLE="${FA_SM90_SAMPLE:-3}" FA_GPU_TEST_MAX_WORK=200000 compute-sanitizer \
+    --tool "$tool" --error-exitcode 3 "$build/tests/flashattn_gpu_tests" \
+    --test-case="every registered kernel*"
 done
 step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
@@ -74,6 +76,7 @@ step varlen "$build/bench/decode_bench" varlen
 step copy "$build/bench/decode_bench" copy
 step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 tools/bench_python_overhead.py
+grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
 for f in decode decode_paged decode_spec varlen python_overhead; do

@@ -34,7 +34,7 @@ import sys
 DTYPE_CODES = {"fp16": 1, "bf16": 2}  # fa_dtype values; FP16 sorts first, as in the seed
 DTYPE_NAMES = {1: "FP16", 2: "BF16"}
 DTYPE_CPP = {1: "DType::kFP16", 2: "DType::kBF16"}
-KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep")
+KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep", "sm90")
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 
 
@@ -57,12 +57,16 @@ class KernelConfig:
     family: int = 0  # 0: mma.sync (sm_80+), 1: sm90 (sm_90a: TMA, wgmma, warp specialisation)
     stages: int = 0  # sm90: K/V pipeline stages
     overlap: bool = False  # sm90: softmax overlapped with the next block's wgmma
+    pingpong: bool = False  # sm90, two consumers: wgmma issue in turns
+    persistent: bool = False  # sm90: one block per SM walks the tiles
 
     def short_name(self):
         head = (f"({DTYPE_NAMES[self.dtype]}, {self.d_head}, {self.B_r}, {self.B_c}, "
                 f"{self.n_warps}): ")
         if self.family == 1:
-            return head + f"sm90+stages_{self.stages}" + ("+overlap" if self.overlap else "")
+            knobs = [k for k, on in (("overlap", self.overlap), ("pingpong", self.pingpong),
+                                     ("persistent", self.persistent)) if on]
+            return head + "+".join([f"sm90+stages_{self.stages}"] + knobs)
         feats = [f for f, on in (("async", self.async_copy), ("eager", self.eager_load_blocks),
                                  ("swizzled", self.swizzled)) if on]
         feats.append(f"load_{self.Q_tiles}_{self.K_tiles}_{self.V_tiles}_tiles")
@@ -78,7 +82,7 @@ class KernelConfig:
                 f"{self.n_warps}, {b(self.async_copy)}, {b(self.eager_load_blocks)}, "
                 f"{b(self.swizzled)}, {self.Q_tiles}, {self.K_tiles}, {self.V_tiles}, "
                 f"{b(self.double_buffer)}, {b(self.optimized_softmax)}, {self.family}, "
-                f"{self.stages}, {b(self.overlap)}}}")
+                f"{self.stages}, {b(self.overlap)}, {b(self.pingpong)}, {b(self.persistent)}}}")
 
 
 def canonical(c):
@@ -148,7 +152,7 @@ def parse_short_name(text):
         stages = [int(t[7:]) for t in tokens if t.startswith("stages_")]
         return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
                             int(warps), False, False, False, 0, 0, 0, False, False, 1, stages[0],
-                            "overlap" in tokens)
+                            "overlap" in tokens, "pingpong" in tokens, "persistent" in tokens)
     load = [t for t in tokens if t.startswith("load_")]
     if len(load) != 1:
         raise ValueError(f"no load_<Q>_<K>_<V>_tiles in '{text}'")
@@ -195,7 +199,8 @@ def decode_configs(dtype, d_head):
 
 
 def sm90_configs(dtype, d_head):
-    """The Hopper family's kernels: two consumer warpgroups (B_r = 128, the register split
+    """The Hopper family's base tiles, which the tuning set varies (the default build has the
+    sm90 kernels the choice table names): two consumer warpgroups (B_r = 128, the register split
     24 / 240 that FA3 uses for d <= 256) with the most keys per stage that keep the S, P and O
     accumulators in registers and two K/V stages in shared memory (d 64 and 128: 128 keys; d 256:
     64 keys, 193 KiB), and a three-stage pipeline where it fits (d 64 and 128)."""
@@ -207,28 +212,44 @@ def sm90_configs(dtype, d_head):
     return configs
 
 
-def sm90_overlap_configs(dtype, d_head):
-    """sm90_configs with the softmax overlapped with the next block's wgmma (FA3's
-    intra-warpgroup pipelining): in the "all" set only until measured on a GPU."""
-    return [dataclasses.replace(c, overlap=True) for c in sm90_configs(dtype, d_head)]
+def sm90_tuning_configs(dtype, d_head):
+    """Candidates for a tuning sweep (FA_KERNEL_SET=sm90): sm90_configs' tiles with every
+    combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
+    and all off at three stages, and wider tiles (FA3's among them: d 64 with three consumer
+    warpgroups, 192 query rows; d 128 with 176 keys; d 256 with 80) with overlap, alone and
+    with persistent scheduling and ping-pong."""
+    base = sm90_configs(dtype, d_head)[0]
+    configs = [dataclasses.replace(base, overlap=o, pingpong=pp, persistent=pe)
+               for o, pp, pe in itertools.product([False, True], repeat=3)]
+    if d_head <= 128:
+        configs += [dataclasses.replace(base, stages=3),
+                    dataclasses.replace(base, stages=3, overlap=True, pingpong=True,
+                                        persistent=True)]
+    wide = {64: [dict(B_r=192, n_warps=16), dict(B_c=176)],
+            128: [dict(B_c=176), dict(B_c=192)],
+            256: [dict(B_c=80)]}[d_head]
+    for tile in wide:
+        for knobs in (dict(), dict(persistent=True), dict(pingpong=True, persistent=True)):
+            c = dataclasses.replace(base, overlap=True, **tile, **knobs)
+            if not (c.pingpong and c.n_warps != 12):
+                configs.append(c)
+    return configs
 
 
 def select(kernel_set, dtypes, head_dims, tables, sm90):
     configs = set()
-    if kernel_set in ("default", "all"):
+    if kernel_set in ("default", "all", "sm90"):
         for rows in tables.values():
             for _, d, _, _, config in rows:
                 if d in head_dims:
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
         for dtype, d in itertools.product(dtypes, head_dims):
             configs.update(decode_configs(dtype, d))
-            if sm90:
-                configs.update(sm90_configs(dtype, d))
     if not sm90:  # a choice table may name sm90 kernels a build without sm_90a cannot compile
         configs = {c for c in configs if c.family == 0}
     for dtype, d in itertools.product(dtypes, head_dims):
-        if kernel_set == "all" and sm90:
-            configs.update(sm90_overlap_configs(dtype, d))
+        if kernel_set in ("all", "sm90") and sm90:
+            configs.update(sm90_tuning_configs(dtype, d))
         if kernel_set in ("seed", "autotune", "all"):
             configs.update(autotune_configs(dtype, d))
         if kernel_set in ("seed", "progression", "all"):

@@ -379,7 +379,9 @@ fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
                         Flag{"swizzled", in->swizzled},
                         Flag{"mma_double_buffer_loads", in->mma_double_buffer_loads},
                         Flag{"optimized_softmax", in->optimized_softmax},
-                        Flag{"overlap", in->overlap}}) {
+                        Flag{"overlap", in->overlap},
+                        Flag{"pingpong", in->pingpong},
+                        Flag{"persistent", in->persistent}}) {
     if (f.value != 0 && f.value != 1) {
       return fail(FA_STATUS_INVALID_ARGUMENT, "fa_kernel_config.%s = %d must be 0 or 1", f.name,
                   f.value);
@@ -389,7 +391,8 @@ fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
                       in->async_copy != 0, in->eager_load_blocks != 0, in->swizzled != 0,
                       in->Q_mma_load_K_tiles, in->K_mma_load_K_tiles, in->V_mma_load_K_tiles,
                       in->mma_double_buffer_loads != 0, in->optimized_softmax != 0,
-                      in->family, in->stages, in->overlap != 0};
+                      in->family, in->stages, in->overlap != 0, in->pingpong != 0,
+                      in->persistent != 0};
   return FA_STATUS_SUCCESS;
 }
 
@@ -420,6 +423,8 @@ fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
     out->family = in.family;
     out->stages = in.stages;
     out->overlap = in.overlap;
+    out->pingpong = in.pingpong;
+    out->persistent = in.persistent;
   }
   return FA_STATUS_SUCCESS;
 }

@@ -86,6 +86,8 @@ std::string validate_sm90(KernelConfig const& c) {
     return fmt("B_c = %d must be a multiple of 16 in [64, 256] (a wgmma N) in the sm90 family",
                c.B_c);
   if (!rules::sm90_stages_ok(c)) return fmt("stages = %d must be 2, 3 or 4", c.stages);
+  if (!rules::sm90_pingpong_ok(c))
+    return fmt("pingpong needs two consumer warpgroups (n_warps = 12), not n_warps = %d", c.n_warps);
   if (!rules::sm90_registers_ok(c))
     return fmt("B_c = %d and d_head = %d need %d accumulator registers per thread (3 B_c / 4 + "
                "d_head / 2), over the %d of a consumer with n_warps = %d",
@@ -115,8 +117,9 @@ std::string validate(KernelConfig const& c) {
     return fmt("d_head = %d must be a multiple of 64 (the swizzle tile width) in [64, 256]", c.d_head);
   if (c.family == kSm90) return validate_sm90(c);
   if (!rules::mma_sync_stages_ok(c))
-    return fmt("stages = %d and overlap = %d must be 0 in the mma.sync family (sm90 knobs)",
-               c.stages, int(c.overlap));
+    return fmt("stages = %d, overlap = %d, pingpong = %d and persistent = %d must be 0 in the "
+               "mma.sync family (sm90 knobs)",
+               c.stages, int(c.overlap), int(c.pingpong), int(c.persistent));
   if (!rules::n_warps_ok(c)) return fmt("n_warps = %d must be 4 or 8", c.n_warps);
   if (!rules::B_r_ok(c))
     return fmt("B_r = %d must be a positive multiple of 16 * n_warps = %d (whole m16 tiles per warp)",
@@ -158,10 +161,15 @@ std::string autotune_filter(KernelConfig const& c) {
 
 std::string short_name(KernelConfig const& c) {
   std::string s = fmt("(%s, %d, %d, %d, %d): ", dtype_name(c.dtype), c.d_head, c.B_r, c.B_c, c.n_warps);
-  if (c.family == kSm90) return s + fmt("sm90+stages_%d", c.stages) + (c.overlap ? "+overlap" : "");
+  if (c.family == kSm90) {
+    return s + fmt("sm90+stages_%d", c.stages) + (c.overlap ? "+overlap" : "") +
+           (c.pingpong ? "+pingpong" : "") + (c.persistent ? "+persistent" : "");
+  }
   if (c.family != kMmaSync) s += fmt("family_%d+", c.family);
   if (c.stages != 0) s += fmt("stages_%d+", c.stages);
   if (c.overlap) s += "overlap+";
+  if (c.pingpong) s += "pingpong+";
+  if (c.persistent) s += "persistent+";
   if (c.async_copy) s += "async+";
   if (c.eager_load_blocks) s += "eager+";
   if (c.swizzled) s += "swizzled+";
@@ -217,6 +225,10 @@ bool parse_short_name(std::string_view text, KernelConfig* out, std::string* err
       c.family = kSm90;
     } else if (token == "overlap") {
       c.overlap = true;
+    } else if (token == "pingpong") {
+      c.pingpong = true;
+    } else if (token == "persistent") {
+      c.persistent = true;
     } else if (token.starts_with("stages_")) {
       if (!parse_int(token.substr(7), &c.stages)) {
         *error = "malformed stages token \"" + std::string(token) + "\" (expected stages_<N>)";

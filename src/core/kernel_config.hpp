@@ -29,13 +29,15 @@ struct KernelConfig {
   int32_t V_mma_load_K_tiles;
   bool mma_double_buffer_loads;
   bool optimized_softmax;
-  // Since 0.3: the kernel family, and the Hopper family's knob. The family's other knobs reuse
+  // Since 0.3: the kernel family, and the Hopper family's knobs. The family's other knobs reuse
   // the fields above: B_r = 64 per consumer warpgroup, n_warps = 4 per warpgroup (one producer
   // warpgroup plus the consumers), B_c the keys per pipeline stage; the mma.sync booleans and
   // load granularities are 0 there.
   int32_t family = 0;  // Family::kMmaSync or Family::kSm90
   int32_t stages = 0;  // sm90: K/V pipeline stages in shared memory (2 to 4); mma.sync: 0
   bool overlap = false;  // sm90: softmax overlapped with the next block's wgmma; mma.sync: false
+  bool pingpong = false;  // sm90, two consumers: they take turns issuing wgmma; mma.sync: false
+  bool persistent = false;  // sm90: one block per SM walks the tiles; mma.sync: false
 
   // Lexicographic over the fields in declaration order, false < true: the seed's operator<.
   constexpr auto operator<=>(KernelConfig const&) const = default;
@@ -43,12 +45,13 @@ struct KernelConfig {
   constexpr int64_t threads() const { return int64_t(n_warps) * 32; }
   // mma.sync: Q, K and V tiles, single-buffered; O is staged in Q's region. sm90: the Q tile,
   // `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, and the
-  // pipeline's mbarriers (forward_sm90.cuh's Tile::kSmemBytes). In int64: the rules evaluate it
+  // pipeline's mbarriers (Q full and empty, K and V full and empty per stage: forward_sm90.cuh's
+  // Tile::kSmemBytes). In int64: the rules evaluate it
   // on unvalidated configs, whose fields can be anything.
   constexpr int64_t smem_bytes() const {
     if (family == 1) {
       return 1024 + (int64_t(B_r) + 2 * int64_t(stages) * B_c) * d_head * dtype_size(dtype) +
-             8 * (1 + 4 * int64_t(stages));
+             8 * (2 + 4 * int64_t(stages));
     }
     return (int64_t(B_r) + 2 * int64_t(B_c)) * d_head * dtype_size(dtype);
   }
@@ -125,8 +128,10 @@ constexpr bool fields_in_range(KernelConfig const& c) {
 constexpr bool family_ok(KernelConfig const& c) {
   return c.family == kMmaSync || c.family == kSm90;
 }
-// The mma.sync family has no pipeline-stage or overlap knob.
-constexpr bool mma_sync_stages_ok(KernelConfig const& c) { return c.stages == 0 && !c.overlap; }
+// The mma.sync family has none of the sm90 knobs.
+constexpr bool mma_sync_stages_ok(KernelConfig const& c) {
+  return c.stages == 0 && !c.overlap && !c.pingpong && !c.persistent;
+}
 // The mma.sync knobs do not exist in the sm90 family: all 0, so one config names one kernel.
 constexpr bool sm90_no_mma_sync_knobs(KernelConfig const& c) {
   return !c.async_copy && !c.eager_load_blocks && !c.swizzled && c.Q_mma_load_K_tiles == 0 &&
@@ -146,6 +151,8 @@ constexpr bool sm90_B_c_ok(KernelConfig const& c) {
   return c.B_c >= 64 && c.B_c <= 256 && c.B_c % 16 == 0;
 }
 constexpr bool sm90_stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stages <= 4; }
+// Ping-pong alternates the wgmma issue of exactly two consumer warpgroups.
+constexpr bool sm90_pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
 // Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
 // (d_head / 2 floats) stay in registers, within the reallocated budget (240 with 2 consumer
 // warpgroups, 160 with 3, 256 with 1) less 24 for addresses, row statistics and indices.
@@ -160,7 +167,7 @@ constexpr bool all(KernelConfig const& c) {
   if (!fields_in_range(c) || !family_ok(c) || !dtype_ok(c) || !d_head_ok(c)) return false;
   if (c.family == kSm90) {
     return sm90_no_mma_sync_knobs(c) && sm90_warps_ok(c) && sm90_B_r_ok(c) && sm90_B_c_ok(c) &&
-           sm90_stages_ok(c) && sm90_registers_ok(c) && smem_ok(c);
+           sm90_stages_ok(c) && sm90_pingpong_ok(c) && sm90_registers_ok(c) && smem_ok(c);
   }
   return mma_sync_stages_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) && copy_rows_ok(c) &&
          Q_tiles_ok(c) && K_tiles_ok(c) && V_tiles_ok(c) && QK_tiles_match(c) && smem_ok(c);

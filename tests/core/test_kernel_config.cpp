@@ -12,7 +12,7 @@ namespace {
 struct Knobs {
   int32_t dtype = FA_DTYPE_BF16, d_head = 128, B_r = 128, B_c = 64, n_warps = 4;
   int32_t async_copy = 1, eager = 1, swizzled = 1, Q = 2, K = 2, V = 0, buffer = 1, opt = 0;
-  int32_t family = FA_FAMILY_MMA_SYNC, stages = 0, overlap = 0;
+  int32_t family = FA_FAMILY_MMA_SYNC, stages = 0, overlap = 0, pingpong = 0, persistent = 0;
 };
 
 // The sm90 family's knobs, from its default build's d 128 kernel.
@@ -41,6 +41,8 @@ fa_kernel_config make(Knobs const& k) {
   c.family = k.family;
   c.stages = k.stages;
   c.overlap = k.overlap;
+  c.pingpong = k.pingpong;
+  c.persistent = k.persistent;
   return c;
 }
 
@@ -166,7 +168,17 @@ TEST_CASE("sm90 family rules: each accepts its good side and rejects its bad sid
     check_invalid(with([](Knobs& k) { k.V = 2; }), "mma.sync knobs");
     check_invalid(Knobs{.stages = 2}, "stages");
     check_invalid(Knobs{.overlap = 1}, "overlap");
+    check_invalid(Knobs{.pingpong = 1}, "pingpong");
+    check_invalid(Knobs{.persistent = 1}, "persistent");
     check_valid(with([](Knobs& k) { k.overlap = 1; }));
+    check_valid(with([](Knobs& k) { k.persistent = 1; }));
+    check_valid(with([](Knobs& k) { k.overlap = k.pingpong = k.persistent = 1; }));
+  }
+  SUBCASE("ping-pong: exactly two consumer warpgroups") {
+    check_valid(with([](Knobs& k) { k.pingpong = 1; }));
+    check_invalid(with([](Knobs& k) { k.pingpong = 1, k.n_warps = 8, k.B_r = 64; }), "pingpong");
+    check_invalid(with([](Knobs& k) { k.pingpong = 1, k.n_warps = 16, k.B_r = 192, k.B_c = 64; }),
+                  "pingpong");
   }
   SUBCASE("warpgroups: a producer and 1 to 3 consumers of 64 rows each") {
     check_valid(with([](Knobs& k) { k.n_warps = 8, k.B_r = 64; }));
@@ -211,6 +223,11 @@ TEST_CASE("sm90 family rules: each accepts its good side and rejects its bad sid
     REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap", &parsed) ==
             FA_STATUS_SUCCESS);
     CHECK(std::memcmp(&parsed, &overlapped, sizeof c) == 0);
+    fa_kernel_config all = make(with([](Knobs& k) { k.overlap = k.pingpong = k.persistent = 1; }));
+    char const* all_name = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent";
+    CHECK(name_of(all) == all_name);
+    REQUIRE(fa_kernel_config_parse(all_name, &parsed) == FA_STATUS_SUCCESS);
+    CHECK(std::memcmp(&parsed, &all, sizeof c) == 0);
   }
 }
 

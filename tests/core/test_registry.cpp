@@ -25,7 +25,8 @@ auto key(fa_kernel_config const& c) {
   return std::make_tuple(c.dtype, c.d_head, c.B_r, c.B_c, c.n_warps, c.async_copy,
                          c.eager_load_blocks, c.swizzled, c.Q_mma_load_K_tiles,
                          c.K_mma_load_K_tiles, c.V_mma_load_K_tiles, c.mma_double_buffer_loads,
-                         c.optimized_softmax, c.family, c.stages, c.overlap);
+                         c.optimized_softmax, c.family, c.stages, c.overlap, c.pingpong,
+                         c.persistent);
 }
 
 }  // namespace

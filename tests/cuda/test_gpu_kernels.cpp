@@ -125,7 +125,7 @@ std::string prepare(Checked& c, uint64_t seed) {
 // (so Sq != Sk both ways, tails of every size, and rows with no visible key under causal when
 // Sq > Sk), causal off and on, with GQA ratios 1, 2, 4, 8, batch 2 on the smaller ones, a
 // non-default scale now and then, and four layouts (packed, padded rows, [b, h, s, d], views of a
-// packed QKV tensor).
+// packed QKV tensor); then two batches of many small tiles.
 // FA_GPU_TEST_MAX_WORK=N keeps the problems with seqlen_q * seqlen_k <= N only (for slow runs
 // under compute-sanitizer; 200000 still has 1013 keys against 177 queries, several pipeline
 // wraps of every kernel).
@@ -160,6 +160,14 @@ std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
       }
     }
   }
+  // More query tiles than an H100 or H200 has SMs (132), so the blocks of a persistent kernel
+  // each walk several: 160 one-block tiles, and 576 causal ones of which 384 see no key (rows
+  // 0-255 of 300 against 17 keys) and must still be written, between tiles that do.
+  TestProblem many = make_problem(dtype, 40, 17, 177, 4, 2, d, false, 0.f);
+  layout_padded(many, 8);
+  out.push_back(Checked{many, {}, {}, {}, 0.0, nullptr});
+  out.push_back(Checked{make_problem(dtype, 24, 300, 17, 8, 2, d, true, 0.f), {}, {}, {}, 0.0,
+                        nullptr});
   // References are the slow part (naive attention in double): spread them over the cores.
   std::vector<std::string> errors(out.size());
   std::atomic<size_t> next{0};

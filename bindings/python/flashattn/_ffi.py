@@ -102,6 +102,8 @@ class fa_kernel_config(Structure):
         ("family", c_int32),  # since 0.3
         ("stages", c_int32),
         ("overlap", c_int32),
+        ("pingpong", c_int32),
+        ("persistent", c_int32),
     ]
 
 

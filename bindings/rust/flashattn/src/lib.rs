@@ -719,6 +719,11 @@ pub struct KernelConfig {
     pub stages: i32,
     /// sm90: the softmax overlapped with the next key block's wgmma; off in the mma.sync family.
     pub overlap: bool,
+    /// sm90 with two consumer warpgroups: they take turns issuing wgmma; off in the mma.sync
+    /// family.
+    pub pingpong: bool,
+    /// sm90: one thread block per SM walks the query tiles; off in the mma.sync family.
+    pub persistent: bool,
 }
 
 /// The kernel families (`fa_kernel_family`).
@@ -761,6 +766,8 @@ impl KernelConfig {
         }) as i32;
         raw.stages = self.stages;
         raw.overlap = self.overlap as i32;
+        raw.pingpong = self.pingpong as i32;
+        raw.persistent = self.persistent as i32;
         raw
     }
 
@@ -790,6 +797,8 @@ impl KernelConfig {
             },
             stages: raw.stages,
             overlap: raw.overlap != 0,
+            pingpong: raw.pingpong != 0,
+            persistent: raw.persistent != 0,
         })
     }
 

@@ -89,6 +89,12 @@ fn devices_kernels_and_tuning_report_their_status() {
     assert_eq!(hopper.to_string(), "(BF16, 128, 128, 128, 12): sm90+stages_3+overlap");
     let e = KernelConfig { stages: 5, ..hopper }.validate().err().unwrap();
     assert!(e.detail().contains("stages = 5"), "{e}");
+    let turns: KernelConfig =
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+pingpong+persistent".parse().unwrap();
+    assert!(turns.pingpong && turns.persistent && !turns.overlap);
+    turns.validate().unwrap();
+    let e = KernelConfig { n_warps: 8, b_r: 64, ..turns }.validate().err().unwrap();
+    assert!(e.detail().contains("pingpong"), "{e}");
     let dropped: KernelConfig = "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_0_0_0_tiles".parse().unwrap();
     assert_eq!((dropped.family, dropped.stages, dropped.overlap), (Family::MmaSync, 0, false));
     assert!(dropped.autotune_filter().unwrap().unwrap().contains("B_r = 128"));
