@@ -502,9 +502,9 @@ typedef struct fa_kernel_config {
  *    n_warps / 4 - 1 consumer warpgroups of 64 query rows each, P kept in registers), runs on
  *    compute capability 9.0 only. B_r = 64 per consumer warpgroup, B_c the keys per stage;
  *    the mma.sync knobs (async_copy ... optimized_softmax) are 0. It runs dense problems with
- *    causal and window masks, GQA and LSE; problems with other features (layouts other than
- *    dense, soft-capping, ALiBi, sinks, split-KV, a negative scale) run on the mma.sync
- *    family, and a plan pinned to an sm90 kernel refuses them with
+ *    every mask and bias (causal, windows, soft-capping, ALiBi, sinks, any scale), GQA and
+ *    LSE; problems in the other layouts (varlen, KV caches) or with num_splits > 1 run on the
+ *    mma.sync family, and a plan pinned to an sm90 kernel refuses them with
  *    FA_STATUS_KERNEL_NOT_AVAILABLE. */
 typedef enum fa_kernel_family {
   FA_FAMILY_MMA_SYNC = 0,

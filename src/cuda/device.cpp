@@ -212,10 +212,6 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
 // raw scores with the scale folded into exp2 (forward_sm90.cuh); empty when it runs `p`.
 std::string sm90_cannot_run(Problem const& p) {
   if (p.layout != Layout::kDense) return "the sm90 family runs the dense layout only";
-  if (p.softcap > 0.f) return "the sm90 family has no soft-capping";
-  if (p.alibi != Alibi::kNone) return "the sm90 family has no ALiBi";
-  if (p.sinks) return "the sm90 family has no attention sinks";
-  if (p.softmax_scale < 0.f) return "the sm90 family needs softmax_scale > 0";
   if (p.num_splits > 1) return "the sm90 family does not split the keys (num_splits > 1)";
   // A TMA map's strides must stay below 2^40 bytes.
   for (int64_t stride : {p.q.batch, p.q.seq, p.q.head, p.k.batch, p.k.seq, p.k.head, p.v.batch,

@@ -167,8 +167,10 @@ TEST_CASE("every registered kernel runs the features") {
   Gpu gpu;
   // A sample that covers each code path: paged decode with GQA packing, split and every bias;
   // a varlen batch with windows and sinks; a dense causal window with softcap and a negative
-  // scale; a dense causal window with GQA and Sq != Sk (what the sm90 family runs of these).
-  std::vector<FeatureCase> sample(4);
+  // scale; a dense causal window with GQA and Sq != Sk; dense causal with every bias and more
+  // queries than keys (rows that see no key but a sink); a dense two-sided window with sinks
+  // alone (the sm90 family runs the last four).
+  std::vector<FeatureCase> sample(6);
   sample[0].layout = FA_LAYOUT_PAGED_KV;
   sample[0].page_size = 3;
   sample[0].heads_q = 8;
@@ -203,9 +205,24 @@ TEST_CASE("every registered kernel runs the features") {
   sample[3].window = true;
   sample[3].left = 100;
   sample[3].right = -1;
+  sample[4].heads_q = 8;
+  sample[4].heads_kv = 2;
+  sample[4].sq = {300, 300};
+  sample[4].sk = {150, 150};
+  sample[4].causal = true;
+  sample[4].softcap = 5.0f;
+  sample[4].alibi = FA_ALIBI_PER_BATCH;
+  sample[4].sinks = true;
+  sample[5].heads_q = 4;
+  sample[5].heads_kv = 4;
+  sample[5].sq = {64, 64};
+  sample[5].sk = {1013, 1013};
+  sample[5].window = true;
+  sample[5].left = 200;
+  sample[5].right = 50;
+  sample[5].sinks = true;
   auto sm90_runs = [](FeatureCase const& c) {
-    return c.layout == FA_LAYOUT_DENSE && c.softcap == 0.f && c.alibi == FA_ALIBI_NONE &&
-           !c.sinks && c.scale >= 0.f && c.num_splits <= 1;
+    return c.layout == FA_LAYOUT_DENSE && c.num_splits <= 1;
   };
   int kernels = 0;
   uint64_t seed = 9000;

@@ -115,7 +115,9 @@ __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   return w;
 }
 
-template <class T>
+// kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
+// transform) and attention sinks; the plain instantiation has neither.
+template <class T, bool kGeneral>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   ForwardParams const& p = params.p;
@@ -213,6 +215,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   int const r0 = 16 * warp + lane / 4;  // this thread's rows in the warpgroup: r0 and r0 + 8
   uint32_t const q_base = smem_addr(q_tile) + wg * 64 * 128;
   float const c = p.score_scale_log2;
+  bool const transform = kGeneral && p.transform;
 
   // Ping-pong turns: warpgroup 0 waits on barrier 1 and hands over on barrier 2, warpgroup 1
   // the other way round (256 threads each: the 128 that wait and the 128 that hand over).
@@ -242,6 +245,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     for (int i = 0; i < T::kD / 2; ++i) o[i] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.f, 0.f};
+    float slope = 0.f;  // ALiBi, in log2 units like the transformed scores
+    if (transform && p.alibi != 0) {
+      slope = p.alibi_slopes[(p.alibi == 2 ? int64_t(w.batch) * p.heads_q : 0) + w.head] *
+              1.4426950408889634f;
+    }
 
     if (w.n_blocks > 0) {
       mbar_wait(q_full, q_round & 1);
@@ -289,6 +297,22 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       // Mask: keys past the sequence, and outside each row's window (causal caps its right
       // bound at the diagonal). Blocks clear of every bound of this warpgroup's 64 rows skip it.
       int64_t const key0 = int64_t(key_block(it)) * T::kBc;
+      if (transform) {
+        // log2 e * bias(softcap(scale * s)), the scale of the exponent then being 1; ALiBi's
+        // distance |i + sk - sq - j| from each row's diagonal offset within the block.
+        float const diag[2] = {float(diag0 - key0), float(diag0 + 8 - key0)};
+#pragma unroll
+        for (int i = 0; i < T::kBc / 2; ++i) {
+          float y = sc[i] * p.softmax_scale;
+          if (p.softcap > 0.f) y = p.softcap * tanhf(y * p.inv_softcap);
+          y *= 1.4426950408889634f;
+          if (p.alibi != 0) {
+            int const col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
+            y -= slope * fabsf(diag[(i >> 1) & 1] - float(col));
+          }
+          sc[i] = y;
+        }
+      }
       if (key0 + T::kBc > sk || key0 + T::kBc - 1 > wg_diag + p.window_right ||
           key0 < wg_diag + 63 - p.window_left) {
         // Each row's visible columns of the block as a range [lo, hi], clamped to 32 bits
@@ -414,12 +438,22 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     pipe += w.n_blocks;
 
     // Epilogue: normalise, write O (a row with no visible key gets 0) and the natural-log LSE.
+    // A sink joins the denominator: l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
     using Elem = typename T::Elem;
     Elem* o_ptr = static_cast<Elem*>(p.o);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float const sum = detail::quad_sum(row_sum[r]);
-      float const inv = sum > 0.f ? 1.f / sum : 0.f;
+      float sum = detail::quad_sum(row_sum[r]);
+      float top = sum > 0.f ? row_max[r] * c * 0.69314718055994531f : -INFINITY;  // natural log
+      float out_scale = 1.f;
+      if (kGeneral && p.sinks != nullptr) {
+        float const sink = p.sinks[w.head];
+        float const m = top;
+        top = fmaxf(m, sink);
+        out_scale = m == -INFINITY ? 0.f : __expf(m - top);
+        sum = sum * out_scale + __expf(sink - top);
+      }
+      float const inv = sum > 0.f ? out_scale / sum : 0.f;
       int64_t const row = row0 + 8 * r;
       if (row >= sq) continue;
       Elem* out = o_ptr + w.batch * p.o_batch_stride + row * p.o_seq_stride + w.head * p.o_head_stride;
@@ -429,7 +463,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;
       }
       if (p.lse != nullptr && lane % 4 == 0) {
-        float const lse = sum > 0.f ? (row_max[r] * c + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        float const lse = sum > 0.f ? top + logf(sum) : -INFINITY;
         p.lse[(int64_t(w.batch) * p.heads_q + w.head) * sq + row] = lse;
       }
     }

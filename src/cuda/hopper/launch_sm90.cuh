@@ -19,19 +19,25 @@ using TileOf = Tile<C.dtype, C.d_head, C.B_c, C.stages, C.n_warps / 4 - 1, C.ove
 
 template <KernelConfig C>
 cudaError_t prepare_kernel() {
-  return cudaFuncSetAttribute(forward_kernel<TileOf<C>>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              TileOf<C>::kSmemBytes);
+  for (auto kernel : {forward_kernel<TileOf<C>, false>, forward_kernel<TileOf<C>, true>}) {
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             TileOf<C>::kSmemBytes);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return cudaSuccess;
 }
 
 template <KernelConfig C>
 cudaError_t kernel_attributes(cudaFuncAttributes* out) {
-  return cudaFuncGetAttributes(out, forward_kernel<TileOf<C>>);
+  return cudaFuncGetAttributes(out, forward_kernel<TileOf<C>, false>);
 }
 
 template <KernelConfig C>
 cudaError_t kernel_occupancy(int* blocks_per_sm) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, forward_kernel<TileOf<C>>,
-                                                       TileOf<C>::kThreads, TileOf<C>::kSmemBytes);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      blocks_per_sm, forward_kernel<TileOf<C>, false>, TileOf<C>::kThreads, TileOf<C>::kSmemBytes);
 }
 
 // (batch, head) pairs walked together (Params::head_group). A persistent kernel under a mask
@@ -52,11 +58,10 @@ inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent) {
 }
 
 // Builds the run's tensor maps (about a microsecond each on the host) and launches: a block per
-// query tile, or with `persistent` one per SM (at most one tile each) that walks the tiles. The
-// kernel has no general instantiation: the schedule never asks for one (device.cpp refuses the
-// features that would).
+// query tile, or with `persistent` one per SM that walks the tiles; `general` picks the
+// instantiation with score transforms and sinks (device.cpp refuses the features neither has).
 template <KernelConfig C>
-cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool, cudaStream_t stream) {
+cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
   using T = TileOf<C>;
   if constexpr (C.persistent) {
     int device = 0, sms = 0;
@@ -85,7 +90,8 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool, cudaStream_t 
   config.blockDim = dim3(T::kThreads);
   config.dynamicSmemBytes = T::kSmemBytes;
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, forward_kernel<T>, params);
+  return general ? cudaLaunchKernelEx(&config, forward_kernel<T, true>, params)
+                 : cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
 }
 
 // Instantiates the kernel for C and adds it to the registry (called from the generated files).
