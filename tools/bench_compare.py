@@ -3,10 +3,13 @@
 
     python3 tools/bench_compare.py --bench build/bench/flashattn_bench --out results/
 
-Runs flashattn_bench (the library's own kernel choice) over the FA-paper grid (hidden 2048,
-batch = 16384 / seqlen, seqlen 512..16384, head dims 64/128/256, causal off and on), then, where
-PyTorch is installed, times torch.nn.functional.scaled_dot_product_attention with each backend
-forced, on the same shapes, the same way (3 warm-up calls, median of --iters CUDA-event timings).
+Times flashattn_bench (the library's own kernel choice) on the FA-paper grid (hidden 2048,
+batch = 16384 / seqlen, seqlen 512..16384, head dims 64/128/256, causal off and on) and, where
+PyTorch is installed, torch.nn.functional.scaled_dot_product_attention with each backend forced,
+the same way (3 warm-up calls, median of --iters CUDA-event timings), point by point: each
+point's three timings are taken back to back, so a GPU that a previous job left hot (clocks
+throttled for tens of seconds, which cost up to 19% in a 13-second pass of the grid after the GPU
+tests) slows all three alike.
 Writes results.csv, performance.md (the table, with ratios and geometric means) and, where
 matplotlib is installed, chart.png. PyTorch and matplotlib are optional: only this script uses
 them, and without them it reports libflashattn alone.
@@ -28,10 +31,9 @@ def flops(batch, heads, seqlen, d, causal):
     return 4.0 * batch * heads * seqlen * seqlen * d / (2.0 if causal else 1.0)
 
 
-def run_ours(args):
+def run_ours(args, d, causal, seqlen):
     cmd = [args.bench, "--csv", "--dtype", args.dtype, "--iters", str(args.iters),
-           "--head-dims", ",".join(map(str, args.head_dims)),
-           "--seqlens", ",".join(map(str, args.seqlens))]
+           "--head-dims", str(d), "--causal", str(causal), "--seqlens", str(seqlen)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = {}
     for r in csv.DictReader(io.StringIO(out)):
@@ -40,45 +42,46 @@ def run_ours(args):
     return rows
 
 
-def run_torch(args):
+def torch_timer(args):
+    """A function timing SDPA's backends on one point, or None without PyTorch."""
     try:
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
         print("PyTorch not found: reporting libflashattn alone", file=sys.stderr)
-        return {}
+        return None
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
-    results = {}
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for d in args.head_dims:
-        for causal in (0, 1):
-            for s in args.seqlens:
-                b, h = TOKENS // s, HIDDEN // d
-                # SDPA takes (batch, heads, seq, dim); a transposed (batch, seq, heads, dim)
-                # tensor is the layout libflashattn reads.
-                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
-                           for _ in range(3))
-                for name, backend in backends.items():
-                    try:
-                        with sdpa_kernel(backend):
-                            for _ in range(3):
-                                torch.nn.functional.scaled_dot_product_attention(
-                                    q, k, v, is_causal=bool(causal))
-                            times = []
-                            for _ in range(args.iters):
-                                start.record()
-                                torch.nn.functional.scaled_dot_product_attention(
-                                    q, k, v, is_causal=bool(causal))
-                                stop.record()
-                                stop.synchronize()
-                                times.append(start.elapsed_time(stop))
-                        ms = sorted(times)[len(times) // 2]
-                        results[(name, d, causal, s)] = flops(b, h, s, d, causal) / (ms * 1e-3) / 1e12
-                    except RuntimeError as e:
-                        print(f"torch {name} d={d} causal={causal} s={s}: {e}", file=sys.stderr)
-                del q, k, v
-    return results
+
+    def time_point(d, causal, s):
+        results = {}
+        b, h = TOKENS // s, HIDDEN // d
+        # SDPA takes (batch, heads, seq, dim); a transposed (batch, seq, heads, dim) tensor is
+        # the layout libflashattn reads.
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+                   for _ in range(3))
+        for name, backend in backends.items():
+            try:
+                with sdpa_kernel(backend):
+                    for _ in range(3):
+                        torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                         is_causal=bool(causal))
+                    times = []
+                    for _ in range(args.iters):
+                        start.record()
+                        torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                         is_causal=bool(causal))
+                        stop.record()
+                        stop.synchronize()
+                        times.append(start.elapsed_time(stop))
+                ms = sorted(times)[len(times) // 2]
+                results[(name, d, causal, s)] = flops(b, h, s, d, causal) / (ms * 1e-3) / 1e12
+            except RuntimeError as e:
+                print(f"torch {name} d={d} causal={causal} s={s}: {e}", file=sys.stderr)
+        return results
+
+    return time_point
 
 
 def geomean(xs):
@@ -97,8 +100,14 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
-    ours = run_ours(args)
-    ref = run_torch(args)
+    ours, ref = {}, {}
+    time_torch = torch_timer(args)
+    for d in args.head_dims:
+        for causal in (0, 1):
+            for s in args.seqlens:
+                ours.update(run_ours(args, d, causal, s))
+                if time_torch is not None:
+                    ref.update(time_torch(d, causal, s))
 
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         w = csv.writer(f)

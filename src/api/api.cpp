@@ -26,18 +26,24 @@ fa_status check_context(fa_context_s const* ctx) {
 }
 
 fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out) {
-  ChoiceKey key = choice_key(p);
+  BuiltinKey const key = builtin_key(p);
+  cuda::KernelEntry const* cached = nullptr;
   {
     std::lock_guard lock(ctx->mutex);
-    if (auto it = ctx->choices.find(key); it != ctx->choices.end()) {
-      *out = it->second;
-      return FA_STATUS_SUCCESS;
-    }
+    if (auto it = ctx->choices.find(key); it != ctx->choices.end()) cached = it->second;
+  }
+  if (cached != nullptr && cuda::cannot_run(cached->config, p).empty()) {
+    *out = cached;
+    return FA_STATUS_SUCCESS;
   }
   cuda::KernelEntry const* chosen = nullptr;
   if (fa_status s = cuda::choose_kernel(ctx->gpu, p, &chosen); s != FA_STATUS_SUCCESS) return s;
-  std::lock_guard lock(ctx->mutex);
-  ctx->choices.emplace(key, chosen);
+  // The first problem of a key fills the cache; one with features its kernel cannot run (a
+  // paged cache, forced splits) chooses anew each time rather than evicting it.
+  if (cached == nullptr) {
+    std::lock_guard lock(ctx->mutex);
+    ctx->choices.emplace(key, chosen);
+  }
   *out = chosen;
   return FA_STATUS_SUCCESS;
 }
@@ -47,7 +53,8 @@ namespace {
 fa_status choose_cached(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out) {
   {
     std::lock_guard lock(ctx->mutex);
-    if (auto it = ctx->tuned.find(choice_key(p)); it != ctx->tuned.end()) {
+    if (auto it = ctx->tuned.find(choice_key(p));
+        it != ctx->tuned.end() && cuda::cannot_run(it->second->config, p).empty()) {
       *out = it->second;
       return FA_STATUS_SUCCESS;
     }

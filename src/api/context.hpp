@@ -1,6 +1,7 @@
 // The context and plan handles behind the C API's opaque types.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -22,6 +23,14 @@ inline ChoiceKey choice_key(Problem const& p) {
   return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
 }
 
+// The built-in choice's cache key: the shape key plus what else choose_kernel() reads to pick
+// between decode and table kernels (query heads per K/V head, the layout).
+using BuiltinKey = std::tuple<ChoiceKey, int64_t, int>;
+
+inline BuiltinKey builtin_key(Problem const& p) {
+  return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout)};
+}
+
 }  // namespace fa
 
 struct fa_context_s {
@@ -31,8 +40,10 @@ struct fa_context_s {
   mutable std::mutex mutex;  // guards `tuned` and `choices`
   // Tuning results (fa_autotune, fa_context_set_kernel, fa_context_load_tuning); consulted first.
   std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> tuned;
-  // The plan cache: the built-in choice per shape, made once.
-  std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> choices;
+  // The plan cache: the built-in choice per shape, made once. A cached or tuned kernel is
+  // still checked against each problem's features (a pick for a dense problem may not run a
+  // paged one of the same shape).
+  std::map<fa::BuiltinKey, fa::cuda::KernelEntry const*> choices;
 };
 
 struct fa_plan_s {

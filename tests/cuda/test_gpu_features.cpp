@@ -169,8 +169,9 @@ TEST_CASE("every registered kernel runs the features") {
   // a varlen batch with windows and sinks; a dense causal window with softcap and a negative
   // scale; a dense causal window with GQA and Sq != Sk; dense causal with every bias and more
   // queries than keys (rows that see no key but a sink); a dense two-sided window with sinks
-  // alone (the sm90 family runs the last four).
-  std::vector<FeatureCase> sample(6);
+  // alone; a contiguous cache with an empty sequence and ALiBi (the sm90 family runs all but
+  // the first, paged and split).
+  std::vector<FeatureCase> sample(7);
   sample[0].layout = FA_LAYOUT_PAGED_KV;
   sample[0].page_size = 3;
   sample[0].heads_q = 8;
@@ -221,8 +222,15 @@ TEST_CASE("every registered kernel runs the features") {
   sample[5].left = 200;
   sample[5].right = 50;
   sample[5].sinks = true;
+  sample[6].layout = FA_LAYOUT_KV_CACHE;
+  sample[6].heads_q = 8;
+  sample[6].heads_kv = 2;
+  sample[6].sq = {5, 5, 5};
+  sample[6].sk = {600, 0, 77};
+  sample[6].causal = true;
+  sample[6].alibi = FA_ALIBI_PER_HEAD;
   auto sm90_runs = [](FeatureCase const& c) {
-    return c.layout == FA_LAYOUT_DENSE && c.num_splits <= 1;
+    return c.layout != FA_LAYOUT_PAGED_KV && c.num_splits <= 1;
   };
   int kernels = 0;
   uint64_t seed = 9000;

@@ -15,6 +15,7 @@
 #include "cuda/forward_params.hpp"
 #include "cuda/hopper/ptx_sm90.cuh"
 #include "cuda/hopper/wgmma_sm90.cuh"
+#include "cuda/sequence_view.cuh"
 
 namespace fa::cuda::sm90 {
 
@@ -84,11 +85,14 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace detail
 
-// One query tile's work: its coordinates and the key blocks it sees,
-// [n_begin, n_begin + n_blocks), from the first key its first row sees to the last key its last
-// row sees (walked last to first).
+// One query tile's work: its coordinates, its sequence (lengths, and first rows in a varlen
+// batch, whose tensor maps span the packed rows with a batch extent of 1), and the key blocks it
+// sees, [n_begin, n_begin + n_blocks), from the first key its first row sees to the last key its
+// last row sees (walked last to first). A tile past its sequence's queries sees none.
 struct Work {
   int m_block, head, batch, n_begin, n_blocks;
+  int map_batch;  // the tensor maps' batch coordinate
+  SequenceView seq;
 };
 
 template <class T>
@@ -105,13 +109,17 @@ __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   w.m_block = p.n_q_blocks - 1 - int(within / size);
   w.head = int(pair % p.heads_q);
   w.batch = int(pair / p.heads_q);
-  int64_t const sq = p.seqlen_q, sk = p.seqlen_k;
+  w.seq = sequence_view(p, p.layout, w.batch);
+  w.map_batch = p.layout == kLayoutVarlen ? 0 : w.batch;
+  int64_t const sq = w.seq.sq, sk = w.seq.sk;
   int64_t const first_row = int64_t(w.m_block) * T::kBr;
   int64_t const last_row = min(first_row + T::kBr, sq) - 1;
   int64_t const key_end = min(sk, last_row + sk - sq + p.window_right + 1);
   int64_t const key_begin = max(int64_t(0), first_row + sk - sq - p.window_left);
   w.n_begin = int(key_begin / T::kBc);
-  w.n_blocks = key_end <= key_begin ? 0 : int((key_end + T::kBc - 1) / T::kBc) - w.n_begin;
+  w.n_blocks = first_row >= sq || key_end <= key_begin
+                   ? 0
+                   : int((key_end + T::kBc - 1) / T::kBc) - w.n_begin;
   return w;
 }
 
@@ -145,8 +153,6 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   auto tile_of = [&](int64_t round) {
     return round * grid + (round & 1 ? grid - 1 - blockIdx.x : blockIdx.x);
   };
-  int const sq = p.seqlen_q, sk = p.seqlen_k;
-
   int const tid = threadIdx.x;
   if (tid == 0) {
     mbar_init(q_full, 1);
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
         mbar_arrive_expect_tx(q_full, T::kQBytes);
         for (int cb = 0; cb < T::kD / 64; ++cb) {
           tma_load_4d(q_tile + cb * T::kBr * 128, &params.q_map, q_full, cb * 64,
-                      w.m_block * T::kBr, w.head, w.batch);
+                      int(w.seq.q_first) + w.m_block * T::kBr, w.head, w.map_batch);
         }
         for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
           int const n = w.n_begin + w.n_blocks - 1 - it;
@@ -194,14 +200,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
           uint8_t* k_dst = k_tiles + s * T::kKVBytes;
           for (int cb = 0; cb < T::kD / 64; ++cb) {
             tma_load_4d(k_dst + cb * T::kBc * 128, &params.k_map, &k_full[s], cb * 64,
-                        n * T::kBc, kv_head, w.batch);
+                        int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
           }
           mbar_wait(&v_empty[s], phase ^ 1);
           mbar_arrive_expect_tx(&v_full[s], T::kKVBytes);
           uint8_t* v_dst = v_tiles + s * T::kKVBytes;
           for (int cb = 0; cb < T::kD / 64; ++cb) {
             tma_load_4d(v_dst + cb * T::kBc * 128, &params.v_map, &v_full[s], cb * 64,
-                        n * T::kBc, kv_head, w.batch);
+                        int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
           }
         }
       }
@@ -236,6 +242,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     int64_t const tile = tile_of(round);
     if (tile >= n_tiles) break;
     Work const w = work_of<T>(params, tile);
+    int const sq = w.seq.sq, sk = w.seq.sk;
     int64_t const row0 = int64_t(w.m_block) * T::kBr + wg * 64 + r0;
     int64_t const diag0 = row0 + sk - sq;  // key index on the diagonal of row0
     int64_t const wg_diag = int64_t(w.m_block) * T::kBr + wg * 64 + sk - sq;  // of its first row
@@ -456,7 +463,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       float const inv = sum > 0.f ? out_scale / sum : 0.f;
       int64_t const row = row0 + 8 * r;
       if (row >= sq) continue;
-      Elem* out = o_ptr + w.batch * p.o_batch_stride + row * p.o_seq_stride + w.head * p.o_head_stride;
+      Elem* out = o_ptr + w.batch * p.o_batch_stride + (w.seq.q_first + row) * p.o_seq_stride +
+                  w.head * p.o_head_stride;
 #pragma unroll
       for (int j = 0; j < T::kD / 8; ++j) {
         uint32_t const v = ptx::pack2<Elem>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
@@ -464,7 +472,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       }
       if (p.lse != nullptr && lane % 4 == 0) {
         float const lse = sum > 0.f ? top + logf(sum) : -INFINITY;
-        p.lse[(int64_t(w.batch) * p.heads_q + w.head) * sq + row] = lse;
+        int64_t const at = p.layout == kLayoutVarlen
+                               ? int64_t(w.head) * p.total_q + w.seq.q_first + row
+                               : (int64_t(w.batch) * p.heads_q + w.head) * p.seqlen_q + row;
+        p.lse[at] = lse;
       }
     }
   }

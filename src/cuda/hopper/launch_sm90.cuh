@@ -74,13 +74,20 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   }
   Params params;
   params.head_group = head_group(p, C.d_head, C.persistent);
+  // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
+  // sequence's first); dense problems and caches span [batch, rows]. device.cpp refuses empty
+  // packed tensors, which no map can describe.
+  bool const varlen = p.layout == kLayoutVarlen;
+  int64_t const q_rows = varlen ? p.total_q : p.seqlen_q;
+  int64_t const k_rows = varlen ? p.total_k : p.seqlen_k;
+  int64_t const map_batch = varlen ? 1 : p.batch;
   int64_t const heads_kv = p.heads_q / p.q_heads_per_kv;
   for (cudaError_t e :
-       {encode_tile_map(&params.q_map, C.dtype, p.q, C.d_head, p.seqlen_q, p.heads_q, p.batch,
+       {encode_tile_map(&params.q_map, C.dtype, p.q, C.d_head, q_rows, p.heads_q, map_batch,
                         p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr),
-        encode_tile_map(&params.k_map, C.dtype, p.k, C.d_head, p.seqlen_k, heads_kv, p.batch,
+        encode_tile_map(&params.k_map, C.dtype, p.k, C.d_head, k_rows, heads_kv, map_batch,
                         p.k_seq_stride, p.k_head_stride, p.k_batch_stride, T::kBc),
-        encode_tile_map(&params.v_map, C.dtype, p.v, C.d_head, p.seqlen_k, heads_kv, p.batch,
+        encode_tile_map(&params.v_map, C.dtype, p.v, C.d_head, k_rows, heads_kv, map_batch,
                         p.v_seq_stride, p.v_head_stride, p.v_batch_stride, T::kBc)}) {
     if (e != cudaSuccess) return e;
   }
