@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       tma_prefetch_map(&params.q_map);
       tma_prefetch_map(&params.k_map);
       tma_prefetch_map(&params.v_map);
-      int pipe = 0, q_round = 0;
+      int64_t pipe = 0, q_round = 0;
       for (int64_t round = 0; round < rounds; ++round) {
         int64_t const tile = tile_of(round);
         if (tile >= n_tiles) break;
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
         }
         for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
           int const n = w.n_begin + w.n_blocks - 1 - it;
-          int const s = pipe % T::kStages;
+          int const s = int(pipe % T::kStages);
           uint32_t const phase = (pipe / T::kStages) & 1;
           mbar_wait(&k_empty[s], phase ^ 1);
           mbar_arrive_expect_tx(&k_full[s], T::kKVBytes);
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     if (wg == 1) named_arrive(1, 256);
   }
 
-  int pipe = 0, q_round = 0;
+  int64_t pipe = 0, q_round = 0;
   for (int64_t round = 0; round < rounds; ++round) {
     int64_t const tile = tile_of(round);
     if (tile >= n_tiles) break;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     }
 
     // Pipeline position of the it-th key block of this tile (walked last to first).
-    auto stage_of = [&](int it) { return (pipe + it) % T::kStages; };
+    auto stage_of = [&](int it) { return int((pipe + it) % T::kStages); };
     auto phase_of = [&](int it) { return uint32_t((pipe + it) / T::kStages) & 1; };
     auto key_block = [&](int it) { return w.n_begin + w.n_blocks - 1 - it; };
 
@@ -287,8 +287,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       int const s = stage_of(it);
       uint32_t const v_base = smem_addr(v_tiles + s * T::kKVBytes);
       mbar_wait(&v_full[s], phase_of(it));
-      wgmma_fence();
+      // O's rescaling and P's packing are finished before wgmma.fence orders them for the
+      // tensor cores (the compiler may not sink them past it).
       fence_operands(o);
+      fence_operands(pk);
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kBc / 16; ++kk) {
         uint32_t const a[4] = {pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3]};

@@ -96,6 +96,12 @@ __device__ __forceinline__ void fence_operands(float (&r)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// The same for register A operands that a wgmma only reads: their values are complete here.
+template <int kN>
+__device__ __forceinline__ void fence_operands(uint32_t const (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" ::"r"(r[i]) : "memory");
+}
 
 // ---- Registers and barriers ---------------------------------------------------------------------
 
