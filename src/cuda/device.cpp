@@ -363,6 +363,8 @@ Schedule make_schedule(Device const& device, KernelEntry const& kernel, Problem 
   }
   s.num_splits = splits;
   s.blocks = base * splits;
+  // A persistent sm90 kernel launches one block per SM (one fits per SM), each walking tiles.
+  if (k.family == kSm90 && k.persistent) s.blocks = std::min<int64_t>(base, std::max(device.sm_count, 1));
   // The plain instantiation covers dense, varlen and contiguous-cache layouts with causal and
   // window masks; everything else (and a negative scale, which the raw-score softmax cannot take)
   // needs the general one.

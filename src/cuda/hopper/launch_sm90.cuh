@@ -57,21 +57,13 @@ inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent) {
   return std::clamp<int64_t>(group, 1, pairs);
 }
 
-// Builds the run's tensor maps (about a microsecond each on the host) and launches: a block per
-// query tile, or with `persistent` one per SM that walks the tiles; `general` picks the
-// instantiation with score transforms and sinks (device.cpp refuses the features neither has).
+// Builds the run's tensor maps (about a microsecond each on the host) and launches on `grid`: a
+// block per query tile, or with `persistent` one per SM (device.cpp's schedule) walking them;
+// `general` picks the instantiation with score transforms and sinks (device.cpp refuses the
+// features neither has).
 template <KernelConfig C>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
   using T = TileOf<C>;
-  if constexpr (C.persistent) {
-    int device = 0, sms = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess) {
-      return e;
-    }
-    grid.x = std::min<unsigned>(grid.x, unsigned(sms));
-  }
   Params params;
   params.head_group = head_group(p, C.d_head, C.persistent);
   // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
