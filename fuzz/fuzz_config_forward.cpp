@@ -174,9 +174,12 @@ void fill_inputs(int dtype, unsigned char* buf, int64_t n, std::mt19937_64& rng)
   }
 }
 
-// NaN patterns, so an element the library forgot to write, or wrote outside o's view, shows.
-constexpr uint16_t kPoison16 = 0x7FFF;
-constexpr uint32_t kPoison32 = 0x7FFFFFFF;
+// Signalling-NaN patterns, so an element the library forgot to write, or wrote outside o's view,
+// shows. Signalling, because no result can be one: arithmetic quiets a NaN and the library's
+// conversions set the quiet bit, while a quiet NaN's payload survives both (raw-float sinks of
+// 0x7FFFFFFF once came out as exactly the quiet poison 0x7FFFFFFF, and 0x7FFF in bf16).
+constexpr uint32_t kPoison32 = 0x7FBFFFFF;
+constexpr uint16_t poison16(int dtype) { return dtype == FA_DTYPE_FP16 ? 0x7DFF : 0x7FBF; }
 
 double element(int dtype, unsigned char const* buf, int64_t i, bool* poisoned) {
   if (dtype == FA_DTYPE_FP32) {
@@ -186,7 +189,7 @@ double element(int dtype, unsigned char const* buf, int64_t i, bool* poisoned) {
   } else {
     uint16_t bits;
     std::memcpy(&bits, buf + 2 * i, 2);
-    *poisoned = bits == kPoison16;
+    *poisoned = bits == poison16(dtype);
   }
   return decode_element(dtype, buf, i);
 }
@@ -405,7 +408,8 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
     if (bytes == 4) {
       std::memcpy(o.get() + 4 * i, &kPoison32, 4);
     } else {
-      std::memcpy(o.get() + 2 * i, &kPoison16, 2);
+      uint16_t const poison = poison16(e.dtype);
+      std::memcpy(o.get() + 2 * i, &poison, 2);
     }
   }
   if (with_lse) std::fill(lse.get(), lse.get() + ext_lse, std::bit_cast<float>(kPoison32));
