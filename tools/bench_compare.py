@@ -17,10 +17,11 @@ them, and without them it reports libflashattn alone.
 import argparse
 import csv
 import io
-import math
 import os
 import subprocess
 import sys
+
+from bench_report import geomean, grid_chart
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -84,11 +85,6 @@ def torch_timer(args):
     return time_point
 
 
-def geomean(xs):
-    xs = [x for x in xs if x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", required=True, help="path to flashattn_bench")
@@ -144,34 +140,18 @@ def main():
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, axes = plt.subplots(2, len(args.head_dims), figsize=(5 * len(args.head_dims), 8),
-                             squeeze=False)
-    for col, d in enumerate(args.head_dims):
-        for row, c in enumerate((0, 1)):
-            ax = axes[row][col]
-            series = [("libflashattn", [ours.get((d, c, s), (0, ""))[0] for s in args.seqlens])]
-            for name, label in (("flash", "SDPA flash (FA2)"), ("cudnn", "SDPA cuDNN")):
-                if ref:
-                    series.append((label, [ref.get((name, d, c, s), 0) for s in args.seqlens]))
-            width = 0.8 / len(series)
-            for i, (label, ys) in enumerate(series):
-                xs = [j + i * width for j in range(len(args.seqlens))]
-                ax.bar(xs, ys, width, label=label)
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(args.seqlens))])
-            ax.set_xticklabels([str(s) for s in args.seqlens])
-            ax.set_title(f"head dim {d}, {'causal' if c else 'non-causal'}")
-            ax.set_xlabel("sequence length")
-            ax.set_ylabel("TFLOP/s")
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "chart.png"), dpi=90)
+    def draw(ax, d, c):
+        series = [("libflashattn", [ours.get((d, c, s), (0, ""))[0] for s in args.seqlens])]
+        for name, label in (("flash", "SDPA flash (FA2)"), ("cudnn", "SDPA cuDNN")):
+            if ref:
+                series.append((label, [ref.get((name, d, c, s), 0) for s in args.seqlens]))
+        width = 0.8 / len(series)
+        for i, (label, ys) in enumerate(series):
+            ax.bar([j + i * width for j in range(len(args.seqlens))], ys, width, label=label)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(args.seqlens))])
+        ax.set_xticklabels([str(s) for s in args.seqlens])
 
+    grid_chart(os.path.join(args.out, "chart.png"), args.head_dims, draw, dpi=90)
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 
+from bench_report import pyplot
+
 BATCHES = [1, 8, 32, 64]
 KV_LENS = [4096, 8192, 16384, 32768, 65536, 131072]
 HQ, HKV, D = 32, 8, 128
@@ -125,11 +127,8 @@ def main():
     with open(os.path.join(args.out, "decode.md"), "w") as f:
         f.write(text)
     print(text)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(9, 4.5))
     labels = [f"{b}x{l // 1024}k" for (b, l) in points if (b, l) in ours]

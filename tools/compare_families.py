@@ -16,9 +16,7 @@ import csv
 import math
 import os
 
-
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+from bench_report import geomean, grid_chart
 
 
 def main():
@@ -64,38 +62,20 @@ def main():
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    head_dims = sorted({p[0] for p in best})
-    fig, axes = plt.subplots(2, len(head_dims), figsize=(5 * len(head_dims), 8), squeeze=False)
-    for col, d in enumerate(head_dims):
-        for row, c in enumerate((0, 1)):
-            ax = axes[row][col]
-            seqlens = sorted(p[2] for p in best if p[:2] == (d, c))
-            series = [
-                ("sm90 family", [best[(d, c, s)].get("sm90", (math.nan,))[0] for s in seqlens]),
-                ("mma.sync family",
-                 [best[(d, c, s)].get("mma.sync", (math.nan,))[0] for s in seqlens]),
-                ("SDPA cuDNN", [sdpa.get((d, c, s), (math.nan, math.nan))[1] for s in seqlens]),
-                ("SDPA flash (FA2)", [sdpa.get((d, c, s), (math.nan, math.nan))[0] for s in seqlens]),
-            ]
-            for label, ys in series:
-                ax.plot(range(len(seqlens)), ys, marker="o", label=label)
-            ax.set_xticks(range(len(seqlens)))
-            ax.set_xticklabels([str(s) for s in seqlens])
-            ax.set_title(f"d={d}, {'causal' if c else 'non-causal'}")
-            ax.set_xlabel("sequence length")
-            ax.set_ylabel("TFLOP/s")
-            ax.grid(alpha=0.3)
-            if row == 0 and col == 0:
-                ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "families.png"), dpi=100)
+    def draw(ax, d, c):
+        seqlens = sorted(p[2] for p in best if p[:2] == (d, c))
+        series = [
+            ("sm90 family", [best[(d, c, s)].get("sm90", (math.nan,))[0] for s in seqlens]),
+            ("mma.sync family", [best[(d, c, s)].get("mma.sync", (math.nan,))[0] for s in seqlens]),
+            ("SDPA cuDNN", [sdpa.get((d, c, s), (math.nan, math.nan))[1] for s in seqlens]),
+            ("SDPA flash (FA2)", [sdpa.get((d, c, s), (math.nan, math.nan))[0] for s in seqlens]),
+        ]
+        for label, ys in series:
+            ax.plot(range(len(seqlens)), ys, marker="o", label=label)
+        ax.set_xticks(range(len(seqlens)))
+        ax.set_xticklabels([str(s) for s in seqlens])
 
+    grid_chart(os.path.join(args.out, "families.png"), sorted({p[0] for p in best}), draw)
 
 if __name__ == "__main__":
     main()

@@ -30,7 +30,7 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
   cuda::KernelEntry const* cached = nullptr;
   {
     std::lock_guard lock(ctx->mutex);
-    if (auto it = ctx->choices.find(key); it != ctx->choices.end()) cached = it->second;
+    if (auto const* hit = ctx->choices.find(key)) cached = *hit;
   }
   if (cached != nullptr && cuda::cannot_run(cached->config, p).empty()) {
     *out = cached;
@@ -44,7 +44,7 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
   // same shape without them (1.8x slower at d 128, causal, 4k on an H200).
   if (cached == nullptr && p.num_splits <= 1) {
     std::lock_guard lock(ctx->mutex);
-    ctx->choices.emplace(key, chosen);
+    ctx->choices.insert(key, chosen);
   }
   *out = chosen;
   return FA_STATUS_SUCCESS;

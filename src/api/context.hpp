@@ -6,6 +6,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "core/bounded_map.hpp"
 #include "core/kernel_config.hpp"
 #include "core/problem.hpp"
 #include "cuda/device.hpp"
@@ -31,6 +32,9 @@ inline BuiltinKey builtin_key(Problem const& p) {
   return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout)};
 }
 
+// Shapes whose built-in choice a context remembers: about 100 bytes each, 400 KiB in all.
+inline constexpr size_t kMaxCachedChoices = 4096;
+
 }  // namespace fa
 
 struct fa_context_s {
@@ -42,8 +46,8 @@ struct fa_context_s {
   std::map<fa::ChoiceKey, fa::cuda::KernelEntry const*> tuned;
   // The plan cache: the built-in choice per shape, made once. A cached or tuned kernel is
   // still checked against each problem's features (a pick for a dense problem may not run a
-  // paged one of the same shape).
-  std::map<fa::BuiltinKey, fa::cuda::KernelEntry const*> choices;
+  // paged one of the same shape). Bounded: shapes that never repeat must not grow it.
+  fa::BoundedMap<fa::BuiltinKey, fa::cuda::KernelEntry const*> choices{fa::kMaxCachedChoices};
 };
 
 struct fa_plan_s {
