@@ -42,8 +42,9 @@ extern "C" {
  *     never synchronises the host, so it can be captured in a CUDA graph.
  *
  * The GPU kernels come from a registry: every kernel compiled into the library is described by a
- * fa_kernel_config (the tuning knobs of the FA2 kernel template). The registry can be listed, kernels
- * named and parsed, configs validated, and one kernel pinned for a plan.
+ * fa_kernel_config: its family (the FA2-style mma.sync kernel for sm_80 and newer, or the Hopper
+ * kernel for sm_90a; fa_kernel_family) and that family's tuning knobs. The registry can be listed,
+ * kernels named and parsed, configs validated, and one kernel pinned for a plan.
  *
  * Errors: every function that can fail returns a fa_status. On failure, the calling thread's detail
  * message (fa_last_error_detail()) names the offending value, and no output has been written.
@@ -98,7 +99,8 @@ typedef enum fa_status {
    *  heads_kv, an enum value is unknown, or a buffer is too small. */
   FA_STATUS_INVALID_ARGUMENT = 1,
   /*! A struct's struct_size field is smaller than the smallest size this library accepts (it was not
-   *  filled by its *_init() function). */
+   *  filled by its *_init() function), or larger than the struct this library knows with a byte
+   *  past the known fields that is not 0 (a newer caller asking for a field this library lacks). */
   FA_STATUS_BAD_STRUCT_SIZE = 2,
   /*! The problem is valid, but no kernel in this library can run it (a head_dim, dtype, or shape the
    *  kernels do not cover yet, or that the build left out). Nothing was computed. */
@@ -203,7 +205,9 @@ typedef struct fa_config {
                              i + Sk - Sq - window_left <= j <= i + Sk - Sq + window_right
                              (Sk, Sq: the sequence's key and query lengths), a negative bound
                              meaning unbounded on that side. Combines with causal, which caps
-                             the right bound at 0. Key blocks the window hides are skipped. */
+                             the right bound at 0. Key blocks the window hides are skipped. With
+                             window = 0, window_left and window_right must be 0
+                             (FA_STATUS_INVALID_ARGUMENT otherwise). */
   int64_t window_left;  /*!< See window. */
   int64_t window_right; /*!< See window. */
   float softcap;        /*!< 0 (off) or > 0: each scaled score s becomes softcap * tanh(s / softcap),
@@ -279,7 +283,8 @@ typedef struct fa_run_args {
   const int32_t* block_table;    /*!< FA_LAYOUT_PAGED_KV: batch x max_pages_per_seq, row-major. */
   const float* alibi_slopes;     /*!< fa_config.alibi != 0: the slopes (see fa_alibi). */
   const float* sinks;            /*!< fa_config.sinks == 1: heads_q logits. */
-  void* workspace;               /*!< Device scratch memory for split-KV, or NULL. */
+  void* workspace;               /*!< Device scratch memory for split-KV, or NULL; 16-byte
+                                      aligned (else FA_STATUS_UNSUPPORTED when a split uses it). */
   size_t workspace_size;         /*!< Its size in bytes. */
 } fa_run_args;
 
@@ -351,6 +356,7 @@ FA_API fa_status fa_context_create(int device, fa_context_t** out);
 /*! fa_context_destroy() :
  *  Frees a context. Accepts NULL. Plans made from it must be destroyed first; no call on the context may
  *  be in flight in another thread.
+ *  Not thread-safe for the context it frees; other contexts may be used and freed concurrently.
  *  Since 0.1.0. */
 FA_API void fa_context_destroy(fa_context_t* ctx);
 
@@ -370,7 +376,7 @@ FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
  *  @param config  the problem; read during the call only.
  *  @param q,k,v   inputs: device pointers on a GPU context, host pointers on a CPU context. On a GPU
  *                 each base pointer must be 16-byte aligned and every stride but the last a multiple of
- *                 8 elements (16 bytes), and softmax_scale positive, else FA_STATUS_UNSUPPORTED.
+ *                 8 elements (16 bytes), else FA_STATUS_UNSUPPORTED.
  *  @param o       output, same rules; written only on success.
  *  @param lse     optional float32 output [batch, heads_q, seqlen_q], contiguous; NULL to skip.
  *  @param stream  on a GPU context, the stream the kernel is launched on; the call returns without
@@ -380,9 +386,12 @@ FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
  *  The first call for a problem shape picks a kernel and caches the choice in the context (host work
  *  only); later calls reuse it. It allocates no device memory and does not synchronise the host.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT, FA_STATUS_BAD_STRUCT_SIZE (bad input, message
- *          names the value); FA_STATUS_UNSUPPORTED (no kernel can run this problem);
- *          FA_STATUS_WRONG_CONTEXT (a stream given to a CPU context); FA_STATUS_CUDA_ERROR (the launch
- *          failed); FA_STATUS_OUT_OF_MEMORY (host).
+ *          names the value; also o overlapping q, k, v or lse, and a config that needs run-time
+ *          arguments, which only fa_forward_ex() passes: varlen and KV-cache layouts, ALiBi,
+ *          sinks); FA_STATUS_UNSUPPORTED (no kernel can run this problem);
+ *          FA_STATUS_WORKSPACE_TOO_SMALL (num_splits > 1 forced on a GPU: the split needs the
+ *          workspace that fa_forward_ex() passes); FA_STATUS_WRONG_CONTEXT (a stream given to a
+ *          CPU context); FA_STATUS_CUDA_ERROR (the launch failed); FA_STATUS_OUT_OF_MEMORY (host).
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const void* q, const void* k,
                             const void* v, void* o, float* lse, fa_stream_t stream);
@@ -440,8 +449,8 @@ FA_API fa_status fa_merge_config_init(fa_merge_config* config);
  *                 overlaps are refused. Written only on success.
  *  @param stream  as fa_forward(): the GPU kernel is launched on it; NULL on a CPU context.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL, sizes, strides, overlap);
- *          FA_STATUS_BAD_STRUCT_SIZE; FA_STATUS_UNSUPPORTED (FP32 on a GPU, or pointers not
- *          4-byte aligned / strides not multiples of 2 elements there);
+ *          FA_STATUS_BAD_STRUCT_SIZE; FA_STATUS_UNSUPPORTED (FP32 on a GPU, or there pointers
+ *          not 4-byte aligned, or more than 2^31 blocks of 8 (batch x seqlen x heads) rows);
  *          FA_STATUS_WRONG_CONTEXT; FA_STATUS_CUDA_ERROR.
  *  Thread-safe. Since 0.3.0. */
 FA_API fa_status fa_merge_states(fa_context_t* ctx, const fa_merge_config* config,
@@ -475,9 +484,11 @@ typedef struct fa_kernel_config {
   int32_t mma_double_buffer_loads;   /*!< Load the next tile into registers before the current MMAs. */
   int32_t optimized_softmax;         /*!< Specialise the first key block (no rescaling of l and O). */
 
-  /* ---- Since 0.3.0. A caller built against 0.2 passes the smaller struct_size: its configs
-   *      read as family 0 with every field below 0, and a kernel of another family cannot be
-   *      written into its struct (FA_STATUS_BAD_STRUCT_SIZE). ---- */
+  /* ---- Since 0.3.0. A caller built against 0.2 passes the smaller struct_size (its sizeof was
+   *      64: the fields above and 4 bytes of padding, which are never read): its configs read as
+   *      family 0 with every field below 0, and a kernel of another family cannot be written
+   *      into its struct (FA_STATUS_BAD_STRUCT_SIZE; fa_autotune() writes the fastest mma.sync
+   *      kernel there instead). ---- */
   int32_t family;                    /*!< fa_kernel_family. */
   int32_t stages;                    /*!< FA_FAMILY_SM90: K/V tiles in flight in shared memory (2-4);
                                           0 in the mma.sync family. */
@@ -503,9 +514,9 @@ typedef struct fa_kernel_config {
  *    compute capability 9.0 only. B_r = 64 per consumer warpgroup, B_c the keys per stage;
  *    the mma.sync knobs (async_copy ... optimized_softmax) are 0. It runs dense problems with
  *    every mask and bias (causal, windows, soft-capping, ALiBi, sinks, any scale), GQA and
- *    LSE; problems in the other layouts (varlen, KV caches) or with num_splits > 1 run on the
- *    mma.sync family, and a plan pinned to an sm90 kernel refuses them with
- *    FA_STATUS_KERNEL_NOT_AVAILABLE. */
+ *    LSE, in the dense, varlen and contiguous KV-cache layouts. Paged KV caches, num_splits > 1
+ *    and strides of 2^39 elements or more (TMA's limit) run on the mma.sync family, and a plan
+ *    pinned to an sm90 kernel refuses them with FA_STATUS_KERNEL_NOT_AVAILABLE. */
 typedef enum fa_kernel_family {
   FA_FAMILY_MMA_SYNC = 0,
   FA_FAMILY_SM90 = 1
@@ -534,7 +545,9 @@ FA_API fa_status fa_kernel_get(size_t index, fa_kernel_config* out);
  *  Writes the config's short name, e.g.
  *  "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles+buffer": dtype, d_head, B_r, B_c,
  *  n_warps, then the enabled features in a fixed order (async, eager, swizzled, load_<Q>_<K>_<V>_tiles
- *  always, buffer, opt_softmax) joined by '+'.
+ *  always, buffer, opt_softmax) joined by '+'. An sm90 kernel's features are "sm90", then
+ *  stages_<stages> always, then overlap, pingpong and persistent when set, e.g.
+ *  "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong".
  *  @param buf       receives the NUL-terminated name; may be NULL when buf_size is 0.
  *  @param buf_size  size of buf in bytes.
  *  @param needed    optional; receives the buffer size the name needs, NUL included (under 128 for
@@ -615,12 +628,19 @@ FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, const fa_config* confi
  *  3% faster (less is within the run-to-run spread of one kernel), so the result is never slower
  *  than the built-in choice beyond measurement noise.
  *  @param q,k,v,o,lse  as fa_forward(); o (and lse when not NULL) are overwritten, ending with a
- *                      correct result.
+ *                      correct result. Unlike other calls, a failure after the first candidate ran
+ *                      (a CUDA error) leaves them overwritten.
  *  @param stream       the candidates run on it; the call waits for it (it synchronises the host),
  *                      so it must not be used while a stream is being captured.
- *  @param best         optional (NULL to skip), caller-initialised; receives the winner.
- *  @param best_ms      optional; receives the winner's median time in milliseconds.
- *  @return as fa_forward(); FA_STATUS_WRONG_CONTEXT on a CPU context.
+ *  @param best         optional (NULL to skip), caller-initialised; receives the winner. A struct
+ *                      from 0.2 (struct_size 64), which cannot hold an sm90 kernel, receives the
+ *                      fastest mma.sync candidate when the winner is an sm90 kernel (the context
+ *                      still records the winner).
+ *  @param best_ms      optional; receives the median time in milliseconds of the kernel written
+ *                      to best (of the winner when best is NULL).
+ *  @return as fa_forward(); FA_STATUS_UNSUPPORTED also for problems kernels are not timed on:
+ *          layouts other than FA_LAYOUT_DENSE, ALiBi, sinks, num_splits > 1 (nothing runs);
+ *          FA_STATUS_WRONG_CONTEXT on a CPU context.
  *  Thread-safe, but timings taken while other work shares the GPU are noisy. Since 0.2.0. */
 FA_API fa_status fa_autotune(fa_context_t* ctx, const fa_config* config, const void* q,
                              const void* k, const void* v, void* o, float* lse,
@@ -672,8 +692,10 @@ FA_API fa_status fa_plan_create(fa_context_t* ctx, const fa_config* config, fa_p
 /*! fa_plan_create_with_kernel() :
  *  As fa_plan_create(), but pins the GPU kernel `kernel` instead of letting the context choose.
  *  @return as fa_plan_create(); FA_STATUS_INVALID_KERNEL_CONFIG if `kernel` breaks a rule;
- *          FA_STATUS_KERNEL_NOT_AVAILABLE if it is not compiled in, or cannot run this problem (another
- *          dtype or head_dim, a grid over 2^31 - 1 blocks: the message says which);
+ *          FA_STATUS_KERNEL_NOT_AVAILABLE if it is not compiled in, is compiled but cannot run on this
+ *          device (no image for its architecture, or more shared memory than the device allows), or
+ *          cannot run this problem (another dtype or head_dim, a grid over 2^31 - 1 blocks, a
+ *          feature its family does not run: see fa_kernel_family; the message says which);
  *          FA_STATUS_WRONG_CONTEXT on a CPU context.
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_plan_create_with_kernel(fa_context_t* ctx, const fa_config* config,
@@ -698,15 +720,17 @@ FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);
 /*! fa_plan_run() :
  *  Runs the plan on tensors laid out as its config said.
  *  @param q,k,v,o,lse  as fa_forward().
- *  @param workspace       device memory of at least fa_plan_workspace_size() bytes, or NULL when that
- *                         is 0. Not used after the kernel finishes. A plan that splits by its own
- *                         choice (fa_config.num_splits = 0) runs unsplit without it.
+ *  @param workspace       device memory of at least fa_plan_workspace_size() bytes, 16-byte aligned,
+ *                         or NULL when that is 0. Not used after the kernel finishes. A plan that
+ *                         splits by its own choice (fa_config.num_splits = 0) runs unsplit when it
+ *                         is NULL or too small.
  *  @param workspace_size  its size in bytes.
  *  @param stream          as fa_forward().
  *  On a GPU the call only launches: no allocation, no host synchronisation, safe in stream capture.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (a NULL tensor, or an lse that is not
- *          4-byte aligned); FA_STATUS_UNSUPPORTED (q, k, v or o not 16-byte aligned on a GPU);
- *          FA_STATUS_WORKSPACE_TOO_SMALL; FA_STATUS_WRONG_CONTEXT; FA_STATUS_CUDA_ERROR.
+ *          4-byte aligned); FA_STATUS_UNSUPPORTED (q, k, v or o not 16-byte aligned on a GPU, or
+ *          a workspace the split uses that is not 16-byte aligned); FA_STATUS_WORKSPACE_TOO_SMALL
+ *          (a forced split without its workspace); FA_STATUS_WRONG_CONTEXT; FA_STATUS_CUDA_ERROR.
  *  Thread-safe: one plan may be run from several threads at once. Since 0.1.0. */
 FA_API fa_status fa_plan_run(const fa_plan_t* plan, const void* q, const void* k, const void* v, void* o,
                              float* lse, void* workspace, size_t workspace_size, fa_stream_t stream);
@@ -730,6 +754,7 @@ FA_API fa_status fa_plan_num_splits(const fa_plan_t* plan, int* splits);
 /*! fa_plan_destroy() :
  *  Frees a plan. Accepts NULL. No fa_plan_run() on it may be in flight on the host (kernels already
  *  launched on a stream do not reference the plan).
+ *  Not thread-safe for the plan it frees; other plans may be used and freed concurrently.
  *  Since 0.1.0. */
 FA_API void fa_plan_destroy(fa_plan_t* plan);
 

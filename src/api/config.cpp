@@ -356,8 +356,13 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
   return FA_STATUS_SUCCESS;
 }
 
-// fa_kernel_config as published in 0.2.0 ended with optimized_softmax.
+// fa_kernel_config as published in 0.2.0 ended with optimized_softmax, at byte 60; its sizeof
+// was 64, so a 0.2 caller passes struct_size = 64 with 4 bytes of tail padding (indeterminate:
+// C does not zero padding) where 0.3 put `family`. Every struct_size below the current sizeof is
+// such a caller, and only its fields are read. The current struct has no tail padding, so the
+// next version's growth cannot meet the same trap.
 constexpr size_t kKernelConfigSize_0_2 = offsetof(fa_kernel_config, family);
+static_assert(offsetof(fa_kernel_config, persistent) + sizeof(int32_t) == sizeof(fa_kernel_config));
 
 fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
   if (caller == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "kernel config is NULL");
@@ -368,7 +373,8 @@ fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
   // An older caller's struct is shorter: the fields it lacks are 0.
   fa_kernel_config full;
   std::memset(&full, 0, sizeof full);
-  std::memcpy(&full, caller, std::min(caller->struct_size, sizeof full));
+  std::memcpy(&full, caller,
+              caller->struct_size < sizeof full ? kKernelConfigSize_0_2 : sizeof full);
   fa_kernel_config const* in = &full;
   struct Flag {
     char const* name;
@@ -396,10 +402,15 @@ fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
   return FA_STATUS_SUCCESS;
 }
 
+bool kernel_config_holds(fa_kernel_config const& out, int32_t family) {
+  return out.struct_size >= sizeof(fa_kernel_config) ||
+         (out.struct_size >= kKernelConfigSize_0_2 && family == kMmaSync);
+}
+
 fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
   if (out == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "output kernel config is NULL");
   bool const full = out->struct_size >= sizeof(fa_kernel_config);
-  if (!full && (out->struct_size < kKernelConfigSize_0_2 || in.family != kMmaSync)) {
+  if (!kernel_config_holds(*out, in.family)) {
     return fail(FA_STATUS_BAD_STRUCT_SIZE,
                 "fa_kernel_config.struct_size = %zu is smaller than %zu: initialise it with "
                 "fa_kernel_config_init()%s",

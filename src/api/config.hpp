@@ -30,7 +30,11 @@ fa_status to_merge_shape(fa_merge_config const* config, MergeShape* out);
 // Reads a caller's fa_kernel_config (struct_size checked; the config itself is not validated).
 fa_status to_kernel_config(fa_kernel_config const* in, KernelConfig* out);
 
-// Writes `in` into a caller-initialised fa_kernel_config.
+// Writes `in` into a caller-initialised fa_kernel_config. A struct from 0.2 (struct_size below
+// the current sizeof) holds mma.sync kernels only; an sm90 kernel gives BAD_STRUCT_SIZE.
 fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out);
+
+// Whether a caller's fa_kernel_config, of at least 0.2's size, can hold a kernel of `family`.
+bool kernel_config_holds(fa_kernel_config const& out, int32_t family);
 
 }  // namespace fa

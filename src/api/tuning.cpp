@@ -153,7 +153,8 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
   return fa::guarded([&] {
     using fa::cuda::KernelEntry;
     if (fa_status s = fa::require_gpu(ctx, "fa_autotune"); s != FA_STATUS_SUCCESS) return s;
-    if (best != nullptr && best->struct_size < sizeof(fa_kernel_config)) {
+    // A caller built against 0.2 passes a struct that holds mma.sync kernels only.
+    if (best != nullptr && !fa::kernel_config_holds(*best, fa::kMmaSync)) {
       return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
                       "best->struct_size = %zu is smaller than %zu: initialise it with "
                       "fa_kernel_config_init()",
@@ -186,7 +187,8 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
     fa::clear_detail();  // find_pinned may have recorded why a table candidate is absent
 
     KernelEntry const* winner = nullptr;
-    float winner_ms = 0.f, builtin_ms = 0.f;
+    KernelEntry const* fastest_held = nullptr;  // the fastest kernel `best` can hold
+    float winner_ms = 0.f, builtin_ms = 0.f, held_ms = 0.f;
     for (KernelEntry const* e : candidates) {
       float ms = 0.f;
       fa_status s = fa::cuda::time_kernel(ctx->gpu, *e, p, q, k, v, o, lse,
@@ -198,21 +200,38 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
         winner = e;
         winner_ms = ms;
       }
+      if (best != nullptr && fa::kernel_config_holds(*best, e->config.family) &&
+          (fastest_held == nullptr || ms < held_ms)) {
+        fastest_held = e;
+        held_ms = ms;
+      }
     }
     if (winner_ms > builtin_ms * (1.f - fa::kReplaceMargin)) {
       winner = builtin;
       winner_ms = builtin_ms;
+    }
+    // A 0.2 struct receives the fastest mma.sync kernel when the winner is an sm90 one: a kernel
+    // it can pin again later, while the context records the winner.
+    KernelEntry const* reported = winner;
+    if (best != nullptr && !fa::kernel_config_holds(*best, winner->config.family)) {
+      reported = fastest_held;
+      if (reported == nullptr) {
+        return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
+                        "best->struct_size = %zu: the winner, %s, is an sm90 kernel, which a 0.2 "
+                        "struct cannot hold, and no mma.sync kernel ran the problem",
+                        best->struct_size, fa::short_name(winner->config).c_str());
+      }
     }
     {
       std::lock_guard lock(ctx->mutex);
       ctx->tuned[fa::choice_key(p)] = winner;
     }
     if (best != nullptr) {
-      if (fa_status s = fa::from_kernel_config(winner->config, best); s != FA_STATUS_SUCCESS) {
+      if (fa_status s = fa::from_kernel_config(reported->config, best); s != FA_STATUS_SUCCESS) {
         return s;
       }
     }
-    if (best_ms != nullptr) *best_ms = winner_ms;
+    if (best_ms != nullptr) *best_ms = reported == winner ? winner_ms : held_ms;
     return FA_STATUS_SUCCESS;
   });
 }

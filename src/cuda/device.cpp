@@ -212,9 +212,6 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
 // raw scores with the scale folded into exp2 (forward_sm90.cuh); empty when it runs `p`.
 std::string sm90_cannot_run(Problem const& p) {
   if (p.layout == Layout::kPagedKv) return "the sm90 family has no paged KV cache";
-  if (p.layout == Layout::kVarlen && (p.total_q == 0 || p.total_k == 0)) {
-    return "an empty varlen tensor (total_q or total_k = 0) has no tensor map";
-  }
   if (p.num_splits > 1) return "the sm90 family does not split the keys (num_splits > 1)";
   // A TMA map's strides must stay below 2^40 bytes.
   for (int64_t stride : {p.q.batch, p.q.seq, p.q.head, p.k.batch, p.k.seq, p.k.head, p.v.batch,

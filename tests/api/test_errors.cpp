@@ -357,11 +357,20 @@ TEST_CASE("registry queries: NULL arguments and small buffers") {
 
   // A caller built against 0.2 passes the struct without family and stages: it reads as the
   // mma.sync family, writes of mma.sync kernels fill it, and an sm90 kernel does not fit it.
+  // Its fields end at byte 60 and its sizeof was 64: the 4 bytes of tail padding a 0.2 caller
+  // passes (struct_size = 64, any contents) lie where `family` is now, and are never read.
   size_t const size_0_2 = offsetof(fa_kernel_config, family);
   fa_kernel_config old = kc;
+  for (size_t size : {size_0_2, size_0_2 + 4}) {
+    CAPTURE(size);
+    old.struct_size = size;
+    old.family = 7;  // past the caller's fields: never read
+    CHECK(fa_kernel_config_validate(&old) == FA_STATUS_SUCCESS);
+    char name[128];
+    REQUIRE(fa_kernel_config_name(&old, name, sizeof name, nullptr) == FA_STATUS_SUCCESS);
+    CHECK(std::string(name).find("sm90") == std::string::npos);
+  }
   old.struct_size = size_0_2;
-  old.family = 7;  // past the caller's struct: never read
-  CHECK(fa_kernel_config_validate(&old) == FA_STATUS_SUCCESS);
   fa_kernel_config sm90;
   REQUIRE(fa_kernel_config_init(&sm90) == FA_STATUS_SUCCESS);
   REQUIRE(fa_kernel_config_parse("(BF16, 128, 128, 128, 12): sm90+stages_2", &sm90) ==

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -512,6 +513,29 @@ TEST_CASE("fa_autotune records a winner that plans then use; the tuning file rou
   std::remove(path.c_str());
   CHECK(fa_context_load_tuning(other, path.c_str()) == FA_STATUS_IO_ERROR);
   CHECK(fa_context_save_tuning(other, "/nonexistent-dir/tuning.txt") == FA_STATUS_IO_ERROR);
+
+  // A caller built against 0.2 passes a 64-byte struct (fields end at 60, then tail padding
+  // where `family` is now): it receives an mma.sync kernel it can pin, the fastest one, while
+  // the context records the overall winner, which may be an sm90 kernel.
+  fa_kernel_config old = best;
+  old.struct_size = offsetof(fa_kernel_config, family) + 4;
+  old.family = 7;
+  old.stages = 7;
+  s = fa_autotune(other, &cfg, c.dev->q(p), c.dev->k(p), c.dev->v(p), c.dev->o(p), c.dev->lse,
+                  nullptr, &old, &best_ms);
+  INFO(std::string(fa_last_error_detail()));
+  REQUIRE(s == FA_STATUS_SUCCESS);
+  CHECK(best_ms > 0.f);
+  CHECK(old.family == 7);  // past the caller's fields: untouched
+  CHECK(old.stages == 7);
+  fa_kernel_config pinned = old;
+  pinned.struct_size = sizeof pinned;
+  pinned.family = FA_FAMILY_MMA_SYNC;
+  pinned.stages = 0;
+  REQUIRE(fa_kernel_is_registered(&pinned, &registered) == FA_STATUS_SUCCESS);
+  CHECK(registered == 1);
+  REQUIRE(fa_plan_create_with_kernel(other, &cfg, &old, &plan) == FA_STATUS_SUCCESS);
+  fa_plan_destroy(plan);
   fa_context_destroy(other);
   fa_context_destroy(fresh);
   fa_context_destroy(ctx);
