@@ -264,6 +264,16 @@ def _check_last_contiguous(named):
                              f"{strides[-1]})")
 
 
+def _check_not_broadcast(named):
+    """The C API reads all-zero leading strides (batch, seq and heads; seq and heads for varlen)
+    as "packed": an array broadcast along all of them must be materialised first."""
+    for name, (shape, strides, _, _) in named:
+        lead = len(shape) - 1
+        if all(x == 0 for x in strides[:lead]) and any(x != 1 for x in shape[:lead]):
+            raise ValueError(f"{name} is broadcast along its leading dimensions (strides "
+                             f"{tuple(strides[:lead])}); make it contiguous first")
+
+
 def _cache_or_varlen_config(key):
     """fa_config for forward_varlen() (q (total_q, heads_q, d), k/v (total_k, heads_kv, d)) and
     forward_kvcache() (q (batch, seqlen_q, heads_q, d), a cache (batch, capacity, heads_kv, d) or
@@ -287,6 +297,7 @@ def _cache_or_varlen_config(key):
     if qs[-1] != ks[-1]:
         raise ValueError(f"q's head_dim {qs[-1]} differs from k's {ks[-1]}")
     _check_last_contiguous(named)
+    _check_not_broadcast(named)
     cfg = _ffi.fa_config()
     check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
     cfg.dtype = key.q[2]
@@ -295,8 +306,8 @@ def _cache_or_varlen_config(key):
     cfg.head_dim = qs[-1]
     if f.mode == "varlen":
         batch, max_q, max_k = f.extra
-        if qs[0] == 0 or batch == 0:
-            return None
+        if qs[0] == 0:
+            return None  # no query row; query rows without a sequence (batch 0) are refused
         cfg.layout = _ffi.FA_LAYOUT_VARLEN
         cfg.batch, cfg.seqlen_q, cfg.seqlen_k = batch, max(max_q, 1), max(max_k, 1)
         cfg.total_q, cfg.total_k = qs[0], max(ks[0], 1)
@@ -358,15 +369,8 @@ def _dense_config(key):
         raise ValueError(f"k and v have heads_kv = 0 (shape {ks}) for {heads_q} query heads")
     if head_dim == 0:
         raise ValueError(f"head_dim is 0 (q shape {qs})")
-    for name, (shape, strides, _, _) in named:
-        # The C API reads three zero strides as "packed"; a tensor broadcast along all three
-        # dimensions must be materialised first.
-        if tuple(strides[:3]) == (0, 0, 0) and tuple(shape[:3]) != (1, 1, 1):
-            raise ValueError(f"{name} is broadcast along batch, seq and heads (strides 0, 0, 0); "
-                             "make it contiguous first")
-        if strides[3] != 1 and shape[3] > 1:
-            raise ValueError(f"{name}: the last dimension must be contiguous (stride "
-                             f"{strides[3]})")
+    _check_not_broadcast(named)
+    _check_last_contiguous(named)
     cfg = _ffi.fa_config()
     check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
     cfg.dtype = key.q[2]
@@ -422,6 +426,13 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
         what = "(total_q, heads_q, head_dim)" if varlen else dims
         raise ValueError(f"q must have {rank} dimensions {what}, got shape {tuple(tq.shape)}")
     o, lse = out if isinstance(out, tuple) else (out, None)
+    if lse is not None and not return_lse:
+        raise ValueError("out=(o, lse) writes lse only with return_lse=True")
+    if softmax_scale is not None and ctypes.c_float(float(softmax_scale)).value == 0.0:
+        # 0 is the C API's "1/sqrt(head_dim)": a scale that is (or rounds to) 0 in float32
+        # would silently become the default.
+        raise ValueError(f"softmax_scale = {softmax_scale} is 0 in float32; pass None for "
+                         "1/sqrt(head_dim)")
     if o is None:
         o = _tensors.empty_like(tq, tq.shape)
     elif _read_only(o):
@@ -476,8 +487,10 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 
 
 def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=()):
-    """Runs `key`'s plan on the described arrays; `aux` holds (field, array, kind) of the
-    run-time arguments (index tensors, slopes, sinks), which must live on q's device."""
+    """Runs `key`'s plan on the described arrays; `aux` holds (field, array, kind, shape) of the
+    run-time arguments (index tensors, slopes, sinks), which must live on q's device and have
+    that shape (None: checked by the caller): the library reads as many entries as the config
+    says, so a shorter array would be read past its end."""
     ctx = _contexts.get(tq.device) or _context(tq.device)
     plan = ctx._plans(key)
     if plan is None:
@@ -489,29 +502,42 @@ def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=()):
     else:
         args = _ffi.fa_run_args()
         check(_ffi.lib().fa_run_args_init(ctypes.byref(args)))
-        for field, arr, kind in aux:
-            ptr, _, device = _tensors.describe_aux(arr, field, kind, handle)
+        keepalive = []
+        for field, arr, kind, shape in aux:
+            ptr, got, device, keep = _tensors.describe_aux(arr, field, kind, handle)
+            keepalive.append(keep)
+            if shape is not None and tuple(got) != shape:
+                raise ValueError(f"{field} has shape {tuple(got)}; expected {shape}")
             if device != tq.device:
                 raise ValueError(f"{field} is on device {device}, q on {tq.device}")
             setattr(args, field, ctypes.cast(ptr, type(getattr(args, field))))
         workspace = None
         if plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
             # Split-KV partials, allocated by q's library on its stream-ordered allocator
-            # (PyTorch's caching allocator makes this a free-list pop).
-            workspace = _tensors.empty_like(tq, ((plan.workspace + 3) // 4,), float32=True)
-            args.workspace = _tensors.describe(workspace, "workspace", handle).ptr
-            args.workspace_size = plan.workspace
+            # (PyTorch's caching allocator makes this a free-list pop). A producer this package
+            # cannot allocate with runs unsplit when the split was the library's own choice.
+            try:
+                workspace = _tensors.empty_like(tq, ((plan.workspace + 3) // 4,), float32=True)
+            except TypeError:
+                if key.features.num_splits > 1:
+                    raise
+            if workspace is not None:
+                args.workspace = _tensors.describe(workspace, "workspace", handle).ptr
+                args.workspace_size = plan.workspace
         status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr,
                                    ctypes.addressof(args), handle)
+        del keepalive  # the run has read the pointers (a GPU run: enqueued them)
     if status:
         check(status)
     return (o, lse) if return_lse else o
 
 
-def _aux(**arrays):
+def _aux(shapes, **arrays):
+    """The run-time arguments given, as _run takes them; shapes maps a name to the shape it must
+    have (alibi_slopes and block_table are checked where their shape selects the mode)."""
     kinds = {"alibi_slopes": "float32", "sinks": "float32"}
-    return tuple((name, arr, kinds.get(name, "int32")) for name, arr in arrays.items()
-                 if arr is not None)
+    return tuple((name, arr, kinds.get(name, "int32"), shapes.get(name))
+                 for name, arr in arrays.items() if arr is not None)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
@@ -537,7 +563,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         ``lse = -inf``.
     softmax_scale : float, optional
         Multiplies the scores; None means ``1 / sqrt(head_dim)``. Any finite value, negative
-        included.
+        included, except one that is 0 in float32 (ValueError: the C API reads 0 as the
+        default).
     window : (int, int)
         Sliding window ``(left, right)``: key ``j`` is visible to query ``i`` iff
         ``i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right``; a negative
@@ -553,8 +580,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         denominator with no value row (the row's weights sum to less than 1).
     out : array or (array, array), optional
         An output of q's shape, layout and dtype, written in place; or ``(out, lse)`` with lse a
-        contiguous float32 ``(batch, heads_q, seqlen_q)`` array. None allocates with q's library
-        (numpy, PyTorch, CuPy; other producers must pass out).
+        contiguous float32 ``(batch, heads_q, seqlen_q)`` array (with ``return_lse=True`` only).
+        None allocates with q's library (numpy, PyTorch, CuPy; other producers must pass out).
     return_lse : bool
         Also return the natural-log log-sum-exp of each row's scaled scores.
     stream : int or stream object, optional
@@ -596,15 +623,16 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     the device's context; later calls only launch it.
     """
     features = _DENSE
+    heads_q = 0
     if window != (-1, -1) or softcap or alibi_slopes is not None or sinks is not None:
         shape = getattr(q, "shape", (0, 0, 0, 0))
         seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
-        features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0],
-                             shape[heads] if len(shape) == 4 else 0)
+        heads_q = shape[heads] if len(shape) == 4 else 0
+        features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0], heads_q)
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, layout, features)
     return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux(alibi_slopes=alibi_slopes, sinks=sinks))
+                _aux({"sinks": (heads_q,)}, alibi_slopes=alibi_slopes, sinks=sinks))
 
 
 def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
@@ -648,7 +676,9 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features)
     return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                _aux({"cu_seqlens_q": (batch + 1,), "cu_seqlens_k": (batch + 1,),
+                      "sinks": (heads_q,)},
+                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                      alibi_slopes=alibi_slopes, sinks=sinks))
 
 
@@ -704,7 +734,8 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
                                                           stream, causal, softmax_scale, kernel,
                                                           "bshd", features)
     return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux(cache_seqlens=cache_seqlens, block_table=block_table,
+                _aux({"cache_seqlens": (batch,), "sinks": (heads_q,)},
+                     cache_seqlens=cache_seqlens, block_table=block_table,
                      alibi_slopes=alibi_slopes, sinks=sinks))
 
 
@@ -722,7 +753,8 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
         Their float32 ``(batch, heads, seqlen)`` log-sum-exps (contiguous), as forward(...,
         return_lse=True) returns them.
     out : (array, array), optional
-        Where to write ``(o, lse)``; ``out=(o_a, lse_a)`` merges in place. None allocates them.
+        Where to write ``(o, lse)``: o with o_a's strides; ``out=(o_a, lse_a)`` merges in place.
+        None allocates them (o in o_a's dimension order).
     stream
         As forward().
 
@@ -742,18 +774,29 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
                          f"shape {tuple(ta.shape)}")
     o, lse = out if out is not None else (None, None)
     if o is None:
-        o = _tensors.empty_like(ta, ta.shape)
+        # o_a's strides: one set of strides describes o_a, o_b and o in fa_merge_config.
+        o = _tensors.empty_strided_like(ta)
+        if o is None:
+            o = _tensors.empty_like(ta, ta.shape)
+    elif _read_only(o):
+        raise ValueError("out is read-only")
     to = _tensors.describe(o, "out", handle)
     batch, seqlen, heads, dim = ta.shape
     if lse is None:
         lse = _tensors.empty_like(ta, (batch, heads, seqlen), float32=True)
-    lses = []
+    elif _read_only(lse):
+        raise ValueError("lse is read-only")
+    lses, keepalive = [], []
     for name, arr in (("lse_a", lse_a), ("lse_b", lse_b), ("lse", lse)):
-        ptr, shape, device = _tensors.describe_aux(arr, name, "float32", handle)
+        ptr, shape, device, keep = _tensors.describe_aux(arr, name, "float32", handle)
+        keepalive.append(keep)
         if tuple(shape) != (batch, heads, seqlen) or device != ta.device:
             raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = "
                              f"{(batch, heads, seqlen)} on o_a's device, got {tuple(shape)}")
         lses.append(ptr)
+    _check_last_contiguous((("o_a", (ta.shape, ta.strides, None, None)),
+                            ("o_b", (tb.shape, tb.strides, None, None)),
+                            ("out", (to.shape, to.strides, None, None))))
     for name, t in (("o_b", tb), ("out", to)):
         if tuple(t.shape) != tuple(ta.shape) or tuple(t.strides) != tuple(ta.strides):
             raise ValueError(f"{name} must have o_a's shape and strides {tuple(ta.shape)}, "
@@ -772,6 +815,7 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     f = _ffi.raw("fa_merge_states")
     check(f(ctx._handle, ctypes.addressof(cfg), ta.ptr, lses[0], tb.ptr, lses[1], to.ptr, lses[2],
             None if ta.device == _ffi.FA_DEVICE_CPU else handle))
+    del keepalive  # the capsules kept lse_a, lse_b and lse alive through the call
     return o, lse
 
 

@@ -295,9 +295,18 @@ def empty_like(t, shape, float32=False):
             else obj.new_empty(shape)
     if t.library == "cupy":
         cupy = sys.modules["cupy"]
-        return cupy.empty(shape, dtype=cupy.float32 if float32 else obj.dtype)
+        with obj.device:  # cupy.empty allocates on the current device, which may not be t's
+            return cupy.empty(shape, dtype=cupy.float32 if float32 else obj.dtype)
     raise TypeError(f"cannot allocate an output for {type(obj).__name__}: pass out= (and lse "
                     "through return_lse with out given as a (o, lse) pair)")
+
+
+def empty_strided_like(t):
+    """A new array with t's shape, dtype and, for a dense array in any dimension order, strides
+    (numpy, PyTorch and CuPy keep the order of a permuted array); None for other producers."""
+    obj = t.obj
+    module = {"numpy": "numpy", "torch": "torch", "cupy": "cupy"}.get(t.library)
+    return None if module is None else sys.modules[module].empty_like(obj)
 
 
 # ---- Index tensors and per-head parameters --------------------------------------------------------
@@ -308,8 +317,10 @@ _AUX = {"int32": ("int32", "<i4", (0, 32), "int32"),
 
 
 def describe_aux(obj, name, kind, stream=None):
-    """(pointer, shape, device) of a contiguous int32 or float32 array (cu_seqlens, cache lengths,
-    block tables, ALiBi slopes, sinks): numpy, PyTorch, DLPack or __cuda_array_interface__."""
+    """(pointer, shape, device, keepalive) of a contiguous int32 or float32 array (cu_seqlens,
+    cache lengths, block tables, ALiBi slopes, sinks): numpy, PyTorch, DLPack or
+    __cuda_array_interface__. keepalive (a DLPack capsule, else None) must be held until the
+    library is done with the pointer: a producer may own the memory through the capsule alone."""
     np_name, typestr, dl_code, torch_name = _AUX[kind]
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray):
@@ -317,7 +328,7 @@ def describe_aux(obj, name, kind, stream=None):
             raise TypeError(f"{name} must be {kind}, got {obj.dtype.name}")
         if not obj.flags.c_contiguous:
             raise ValueError(f"{name} must be contiguous")
-        return obj.ctypes.data, obj.shape, _ffi.FA_DEVICE_CPU
+        return obj.ctypes.data, obj.shape, _ffi.FA_DEVICE_CPU, None
     reader = _torch_reader()
     if reader is not None and type(obj) is reader.tensor:
         if obj.dtype != getattr(reader.module, torch_name):
@@ -325,7 +336,7 @@ def describe_aux(obj, name, kind, stream=None):
         if not obj.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
         device = obj.get_device() if obj.is_cuda else _ffi.FA_DEVICE_CPU
-        return obj.data_ptr(), tuple(obj.shape), device
+        return obj.data_ptr(), tuple(obj.shape), device, None
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         device_type, device_id = obj.__dlpack_device__()
         cuda = device_type in (_DL_CUDA, _DL_CUDA_MANAGED)
@@ -336,7 +347,8 @@ def describe_aux(obj, name, kind, stream=None):
         shape = tuple(t.shape[:t.ndim])
         if t.strides and tuple(t.strides[:t.ndim]) != _packed_strides(shape):
             raise ValueError(f"{name} must be contiguous")
-        return (t.data or 0) + t.byte_offset, shape, device_id if cuda else _ffi.FA_DEVICE_CPU
+        return ((t.data or 0) + t.byte_offset, shape, device_id if cuda else _ffi.FA_DEVICE_CPU,
+                capsule)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         if cai["typestr"] != typestr:
@@ -345,5 +357,5 @@ def describe_aux(obj, name, kind, stream=None):
         if cai.get("strides") is not None and tuple(cai["strides"]) != tuple(
                 s * 4 for s in _packed_strides(shape)):
             raise ValueError(f"{name} must be contiguous")
-        return cai["data"][0], shape, getattr(getattr(obj, "device", None), "id", 0)
+        return cai["data"][0], shape, getattr(getattr(obj, "device", None), "id", 0), None
     raise TypeError(f"{name}: {type(obj).__name__} is not an array this package reads")

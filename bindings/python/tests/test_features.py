@@ -166,6 +166,119 @@ def test_merge_states_equals_attention_over_the_union():
         flashattn.merge_states(a, la, b, lb[:, :, :3])
 
 
+def test_run_time_arrays_must_have_the_config_s_length():
+    # The library reads heads_q sinks, batch cache lengths and batch + 1 offsets: a shorter
+    # array would be read past its end, so its shape is checked first.
+    rng = np.random.default_rng(11)
+    q, k, v = rand(rng, 2, 3, 4, 16), rand(rng, 2, 5, 2, 16), rand(rng, 2, 5, 2, 16)
+    sinks = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match=r"sinks has shape \(1,\); expected \(4,\)"):
+        flashattn.forward(q, k, v, sinks=sinks[:1])
+    with pytest.raises(ValueError, match=r"cache_seqlens has shape \(1,\); expected \(2,\)"):
+        flashattn.forward_kvcache(q, k, v, cache_seqlens=np.array([5], np.int32))
+    tq, tk = rand(rng, 7, 4, 16), rand(rng, 9, 2, 16)
+    cu_q, cu_k = np.array([0, 3, 7], np.int32), np.array([0, 4, 9], np.int32)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k has shape \(2,\); expected \(3,\)"):
+        flashattn.forward_varlen(tq, tk, tk, cu_q, cu_k[:2], max_seqlen_q=4, max_seqlen_k=5)
+    # The same calls with full-length arrays run.
+    flashattn.forward(q, k, v, sinks=sinks)
+    flashattn.forward_kvcache(q, k, v, cache_seqlens=np.array([5, 2], np.int32))
+    flashattn.forward_varlen(tq, tk, tk, cu_q, cu_k, max_seqlen_q=4, max_seqlen_k=5)
+
+
+class _CopyingExporter:
+    """A DLPack producer whose capsule owns a fresh copy (as copying producers do): the memory
+    lives exactly as long as the capsule."""
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = array.shape
+
+    def __dlpack__(self, stream=None):
+        return np.array(self.array, copy=True).__dlpack__()
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def test_dlpack_run_arguments_live_through_the_call():
+    rng = np.random.default_rng(12)
+    q, k, v = rand(rng, 3, 2, 64, 8), rand(rng, 3, 3, 64, 8), rand(rng, 3, 3, 64, 8)
+    # Slopes and sinks of one size: a copy freed too early is reused by the next one.
+    slopes = rng.random(64).astype(np.float32)
+    sinks = rng.standard_normal(64).astype(np.float32)
+    want = flashattn.forward(q, k, v, alibi_slopes=slopes, sinks=sinks)
+    for _ in range(3):  # freed memory is reused by the next allocations; once may not show it
+        got = flashattn.forward(q, k, v, alibi_slopes=_CopyingExporter(slopes),
+                                sinks=_CopyingExporter(sinks))
+        np.testing.assert_array_equal(got, want)
+    o, lse = flashattn.forward(q, k, v, return_lse=True)
+    merged, _ = flashattn.merge_states(o, _CopyingExporter(lse), o, _CopyingExporter(lse))
+    np.testing.assert_allclose(merged, o, rtol=1e-6, atol=1e-7)
+
+
+def test_merge_states_checks_its_arrays_as_forward_does():
+    rng = np.random.default_rng(13)
+    q, k, v = rand(rng, 2, 5, 3, 16), rand(rng, 2, 8, 3, 16), rand(rng, 2, 8, 3, 16)
+    a, la = flashattn.forward(q, k[:, :3], v[:, :3], return_lse=True)
+    b, lb = flashattn.forward(q, k[:, 3:], v[:, 3:], return_lse=True)
+    whole, lse = flashattn.forward(q, k, v, return_lse=True)
+    # Inputs in another dimension order (bhsd results viewed as bshd): out takes their strides.
+    at, bt = (np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3) for x in (a, b))
+    o, l = flashattn.merge_states(at, la, bt, lb)
+    assert o.strides == at.strides
+    np.testing.assert_allclose(o, whole, atol=2e-6, rtol=1e-5)
+    np.testing.assert_allclose(l, lse, atol=2e-5)
+    wide = np.zeros((2, 5, 3, 32), np.float32)
+    wide_a, wide_b = wide[..., ::2], wide[..., 1::2]
+    wide_a[...], wide_b[...] = a, b
+    with pytest.raises(ValueError, match="last dimension must be contiguous"):
+        flashattn.merge_states(wide_a, la, wide_b, lb)
+    frozen, frozen_lse = np.empty_like(a), np.empty_like(la)
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="out is read-only"):
+        flashattn.merge_states(a, la, b, lb, out=(frozen, frozen_lse))
+    frozen_lse.setflags(write=False)
+    with pytest.raises(ValueError, match="lse is read-only"):
+        flashattn.merge_states(a, la, b, lb, out=(np.empty_like(a), frozen_lse))
+
+
+def test_broadcast_caches_and_varlen_tensors_are_refused():
+    rng = np.random.default_rng(14)
+    q = rand(rng, 2, 1, 4, 16)
+    row = rand(rng, 1, 1, 1, 16)
+    cache = np.broadcast_to(row, (2, 6, 2, 16))  # strides (0, 0, 0, 4): read as packed
+    with pytest.raises(ValueError, match="broadcast"):
+        flashattn.forward_kvcache(q, cache, cache, cache_seqlens=np.array([6, 3], np.int32))
+    tq = rand(rng, 4, 4, 16)
+    tk = np.broadcast_to(rand(rng, 1, 1, 16), (6, 2, 16))
+    with pytest.raises(ValueError, match="broadcast"):
+        flashattn.forward_varlen(tq, tk, tk, np.array([0, 4], np.int32),
+                                 np.array([0, 6], np.int32), max_seqlen_q=4, max_seqlen_k=6)
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-46])
+def test_a_scale_that_is_zero_in_float32_is_refused(scale):
+    # 0 is the C API's "1/sqrt(head_dim)": passing it through would silently change the result.
+    q = np.ones((1, 2, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        flashattn.forward(q, q, q, softmax_scale=scale)
+
+
+def test_an_lse_output_needs_return_lse():
+    q = np.ones((1, 2, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="return_lse"):
+        flashattn.forward(q, q, q, out=(np.empty_like(q), np.empty((1, 1, 2), np.float32)))
+
+
+def test_varlen_rows_without_a_sequence_are_refused():
+    # Query rows but cu_seqlens of one entry (batch 0): the library names the zero batch.
+    q = np.ones((3, 1, 8), np.float32)
+    with pytest.raises(flashattn.InvalidArgumentError, match="batch"):
+        flashattn.forward_varlen(q, q, q, np.array([0], np.int32), np.array([0], np.int32),
+                                 max_seqlen_q=3, max_seqlen_k=3)
+
+
 def _torch_cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

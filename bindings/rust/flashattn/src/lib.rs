@@ -634,8 +634,10 @@ impl ConfigBuilder {
     /// `i + Sk - Sq - left <= j <= i + Sk - Sq + right` (per sequence); a negative bound is
     /// unbounded on that side, and `(-1, -1)` turns the window off. Combines with causal.
     pub fn window(mut self, left: i64, right: i64) -> Self {
-        self.raw.window = (left >= 0 || right >= 0) as i32;
-        (self.raw.window_left, self.raw.window_right) = (left, right);
+        let on = left >= 0 || right >= 0;
+        self.raw.window = on as i32;
+        // Without the window the C API requires both bounds to be 0.
+        (self.raw.window_left, self.raw.window_right) = if on { (left, right) } else { (0, 0) };
         self
     }
     /// Logit soft-capping: each scaled score s becomes `softcap * tanh(s / softcap)`; 0 is off.

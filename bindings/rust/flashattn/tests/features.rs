@@ -103,8 +103,9 @@ fn masks_and_biases_match_the_reference() {
     let slopes: Vec<f32> = (0..b * hq).map(|i| 0.05 + 0.1 * i as f32).collect();
     let sinks = vec![0.5f32, -1.0, 2.0, 0.0];
     // (causal, window, softcap, alibi, sinks)
-    let cases: [(bool, Option<(i64, i64)>, f32, Alibi, bool); 7] = [
+    let cases: [(bool, Option<(i64, i64)>, f32, Alibi, bool); 8] = [
         (false, Some((2, 1)), 0.0, Alibi::Off, false),
+        (true, Some((-1, -1)), 0.0, Alibi::Off, false), // documented as no window
         (true, Some((3, -1)), 0.0, Alibi::Off, false),
         (false, Some((-1, 0)), 0.0, Alibi::Off, false), // a window that is causal
         (false, None, 0.7, Alibi::Off, false),
