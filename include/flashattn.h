@@ -174,7 +174,15 @@ typedef enum fa_dtype {
  *  that tensor is taken as packed: batch stride seqlen*heads*head_dim, seq stride heads*head_dim, head
  *  stride head_dim (so a tensor broadcast along all three dimensions cannot be expressed). Otherwise
  *  each stride must be >= 0, and o's strides must not make two elements of o share memory. Inputs may
- *  overlap each other (a stride of 0 broadcasts); o and lse must not overlap q, k, v or each other. */
+ *  overlap each other (a stride of 0 broadcasts); o and lse must not overlap q, k, v, the run-time
+ *  arrays of fa_run_args or each other. These checks compare address ranges [base, base + extent),
+ *  so they are conservative: two interleaved tensors that share no element are refused too, and a
+ *  stride order the check cannot prove free of shared elements is refused.
+ *  Every pointer is aligned to its elements (2 or 4 bytes; the run-time arrays and lse 4), else
+ *  FA_STATUS_INVALID_ARGUMENT; GPUs ask for 16 bytes (see fa_forward()).
+ *  Values: a non-finite value in a K or V row that a row's mask hides may still reach that row's
+ *  output when the row shares a computed key block with rows that see it (0 * inf is NaN), as in
+ *  other FlashAttention implementations; keep masked cache rows finite. */
 typedef struct fa_config {
   size_t struct_size;   /*!< sizeof(fa_config) of the caller's header; set by fa_config_init(). */
   int32_t dtype;        /*!< fa_dtype of q, k, v and o. Default FA_DTYPE_BF16. */
@@ -218,7 +226,8 @@ typedef struct fa_config {
                              (fa_run_args.sinks, natural-log units, not scaled) to each row's
                              softmax denominator, with no value row: the row's weights sum to
                              less than 1, and its LSE includes the sink. A row with no visible
-                             key then gets O = 0 and LSE = the sink's logit. */
+                             key then gets O = 0 and LSE = the sink's logit. A sink of -inf adds
+                             nothing. */
   int32_t num_splits;   /*!< GPU only: split each sequence's keys across this many thread blocks
                              whose partial results a second kernel merges (split-KV; pays for
                              decode, where few query rows meet many keys). 0 (default) lets the
@@ -246,7 +255,8 @@ typedef enum fa_layout {
    *  head strides apply). Sequence b owns query rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
    *  and key rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 (fa_run_args; int32, batch + 1
    *  entries, starting at 0, non-decreasing, ending at total_q / total_k). seqlen_q and seqlen_k
-   *  are upper bounds of the lengths (max_seqlen_q/k). Zero-length sequences are allowed. Masks
+   *  are upper bounds of the lengths (max_seqlen_q/k; bounds above total_q / total_k act as
+   *  those). Zero-length sequences are allowed. Masks
    *  are aligned per sequence. lse is [heads_q, total_q]. */
   FA_LAYOUT_VARLEN = 1,
   /*! A key/value cache: q and o dense [batch, seqlen_q, heads_q, head_dim]; k and v

@@ -122,12 +122,7 @@ fa_status run_pointers(Problem const& p, fa_run_args const* args, RunPointers* o
   fa_run_args a;
   std::memset(&a, 0, sizeof a);
   if (args != nullptr) {
-    if (args->struct_size < sizeof(fa_run_args)) {
-      return fail(FA_STATUS_BAD_STRUCT_SIZE,
-                  "fa_run_args.struct_size = %zu is smaller than %zu: initialise it with "
-                  "fa_run_args_init()",
-                  args->struct_size, sizeof(fa_run_args));
-    }
+    if (fa_status s = check_run_args_size(args); s != FA_STATUS_SUCCESS) return s;
     std::memcpy(&a, args, sizeof a);
   }
   bool const paged = p.layout == Layout::kPagedKv;
@@ -160,10 +155,36 @@ fa_status run_pointers(Problem const& p, fa_run_args const* args, RunPointers* o
   return FA_STATUS_SUCCESS;
 }
 
-// Outputs must not share memory with the inputs or with each other (the header's rule): the
-// address ranges [base, base + extent) come from the strides and sizes.
+// Every backend reads elements through typed pointers: each tensor is aligned to its element
+// size, and lse and the run-time arrays to their 4-byte elements (a GPU asks for more, later).
+fa_status check_alignment(Problem const& p, void const* q, void const* k, void const* v,
+                          void const* o, float const* lse, RunPointers const& run) {
+  struct Pointer {
+    char const* name;
+    void const* value;
+    size_t align;
+  };
+  size_t const elem = dtype_size(p.dtype);
+  for (Pointer ptr : {Pointer{"q", q, elem}, Pointer{"k", k, elem}, Pointer{"v", v, elem},
+                      Pointer{"o", o, elem}, Pointer{"lse", lse, 4},
+                      Pointer{"cu_seqlens_q", run.cu_seqlens_q, 4},
+                      Pointer{"cu_seqlens_k", run.cu_seqlens_k, 4},
+                      Pointer{"cache_seqlens", run.cache_seqlens, 4},
+                      Pointer{"block_table", run.block_table, 4},
+                      Pointer{"alibi_slopes", run.alibi_slopes, 4}, Pointer{"sinks", run.sinks, 4}}) {
+    if (reinterpret_cast<uintptr_t>(ptr.value) % ptr.align != 0) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "%s = %p is not aligned to its %zu-byte elements",
+                  ptr.name, ptr.value, ptr.align);
+    }
+  }
+  return FA_STATUS_SUCCESS;
+}
+
+// Outputs must not share memory with the inputs, the run-time arrays or each other (the header's
+// rule): the address ranges [base, base + extent) come from the strides and sizes. Whole ranges
+// are compared, so two interleaved tensors that share no element are refused too.
 fa_status check_overlap(Problem const& p, void const* q, void const* k, void const* v, void* o,
-                        float* lse) {
+                        float* lse, RunPointers const& run) {
   Extents const e = extents(p);
   auto const elem = static_cast<int64_t>(dtype_size(p.dtype));
   struct Range {
@@ -173,11 +194,19 @@ fa_status check_overlap(Problem const& p, void const* q, void const* k, void con
   };
   auto range = [](char const* name, void const* base, int64_t bytes) {
     auto const b = reinterpret_cast<uintptr_t>(base);
-    return Range{name, b, b + static_cast<uintptr_t>(bytes)};
+    return Range{name, b, base == nullptr ? b : b + static_cast<uintptr_t>(bytes)};
   };
+  int64_t const i32 = 4;
+  int64_t const slopes = p.alibi == Alibi::kPerBatch ? p.batch * p.heads_q : p.heads_q;
   Range const out_o = range("o", o, e.o * elem);
-  Range const inputs[3] = {range("q", q, e.q * elem), range("k", k, e.k * elem),
-                           range("v", v, e.v * elem)};
+  Range const inputs[] = {range("q", q, e.q * elem), range("k", k, e.k * elem),
+                          range("v", v, e.v * elem),
+                          range("cu_seqlens_q", run.cu_seqlens_q, (p.batch + 1) * i32),
+                          range("cu_seqlens_k", run.cu_seqlens_k, (p.batch + 1) * i32),
+                          range("cache_seqlens", run.cache_seqlens, p.batch * i32),
+                          range("block_table", run.block_table, p.batch * p.max_pages_per_seq * i32),
+                          range("alibi_slopes", run.alibi_slopes, slopes * i32),
+                          range("sinks", run.sinks, p.heads_q * i32)};
   auto overlap = [](Range const& a, Range const& b) { return a.begin < b.end && b.begin < a.end; };
   for (Range const& in : inputs) {
     if (overlap(out_o, in)) {
@@ -190,11 +219,15 @@ fa_status check_overlap(Problem const& p, void const* q, void const* k, void con
   }
   if (lse != nullptr) {
     Range const out_lse = range("lse", lse, e.lse * static_cast<int64_t>(sizeof(float)));
-    for (Range const& other : {inputs[0], inputs[1], inputs[2], out_o}) {
+    for (Range const& other : inputs) {
       if (overlap(out_lse, other)) {
         return fail(FA_STATUS_INVALID_ARGUMENT, "lse = %p overlaps %s = %p",
                     static_cast<void*>(lse), other.name, reinterpret_cast<void const*>(other.begin));
       }
+    }
+    if (overlap(out_lse, out_o)) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "lse = %p overlaps o = %p", static_cast<void*>(lse),
+                  o);
     }
   }
   return FA_STATUS_SUCCESS;
@@ -211,9 +244,14 @@ fa_status run_plan(fa_plan_s const& plan, void const* q, void const* k, void con
   for (Pointer ptr : {Pointer{"q", q}, Pointer{"k", k}, Pointer{"v", v}, Pointer{"o", o}}) {
     if (ptr.value == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "%s is NULL", ptr.name);
   }
-  if (fa_status s = check_overlap(plan.problem, q, k, v, o, lse); s != FA_STATUS_SUCCESS) return s;
   RunPointers run;
   if (fa_status s = run_pointers(plan.problem, args, &run); s != FA_STATUS_SUCCESS) return s;
+  if (fa_status s = check_alignment(plan.problem, q, k, v, o, lse, run); s != FA_STATUS_SUCCESS) {
+    return s;
+  }
+  if (fa_status s = check_overlap(plan.problem, q, k, v, o, lse, run); s != FA_STATUS_SUCCESS) {
+    return s;
+  }
   void* const workspace = args != nullptr ? args->workspace : nullptr;
   size_t const workspace_size = args != nullptr ? args->workspace_size : 0;
   if (is_cpu(plan.ctx)) {

@@ -218,6 +218,13 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   p.batch = c->batch;
   p.seqlen_q = c->seqlen_q;
   p.seqlen_k = c->seqlen_k;
+  if (c->layout == FA_LAYOUT_VARLEN) {
+    // Upper bounds of the lengths (max_seqlen_q/k): no sequence is longer than all rows
+    // together. Clamped, the bound sizes the grid and the CPU's work list by the rows that
+    // exist (a bound of 2^63 - 1 gave one 2^57-unit CPU loop for a single row).
+    p.seqlen_q = std::min(c->seqlen_q, c->total_q);
+    p.seqlen_k = std::min(c->seqlen_k, c->total_k);
+  }
   p.heads_q = c->heads_q;
   p.heads_kv = c->heads_kv;
   p.head_dim = c->head_dim;
@@ -278,9 +285,11 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
     int64_t const outer = (t.name[0] == 'q' || t.name[0] == 'o') ? q_outer : k_outer;
     std::array<Dim, 4> dims = {Dim{outer, t.out->batch}, Dim{t.seq, t.out->seq},
                                Dim{t.heads, t.out->head}, Dim{p.head_dim, 1}};
-    if (max_offset(dims) < 0) {
+    // Byte offsets (up to 8 bytes per element) and the extent (last offset + 1) stay in int64.
+    if (int64_t const last = max_offset(dims); last < 0 || last >= INT64_MAX / 8) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
-                  "fa_config: tensor %s with strides (%lld, %lld, %lld) spans more than 2^63 elements",
+                  "fa_config: tensor %s with strides (%lld, %lld, %lld) spans 2^60 elements or "
+                  "more",
                   t.name, static_cast<long long>(t.out->batch), static_cast<long long>(t.out->seq),
                   static_cast<long long>(t.out->head));
     }
@@ -294,6 +303,10 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   }
   *out = p;
   return FA_STATUS_SUCCESS;
+}
+
+fa_status check_run_args_size(fa_run_args const* args) {
+  return check_struct_size(args, "fa_run_args");
 }
 
 Extents extents(Problem const& p) {

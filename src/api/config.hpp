@@ -11,6 +11,10 @@ namespace fa {
 // status, sets the detail message naming the offending field and value, and leaves `out` untouched.
 fa_status to_problem(fa_config const* config, Problem* out);
 
+// Checks a caller's fa_run_args' struct_size as every public struct's is (not smaller than the
+// struct, and zero past the fields this version knows).
+fa_status check_run_args_size(fa_run_args const* args);
+
 // Elements each tensor spans from its base pointer (largest offset + 1); lse is float32.
 struct Extents {
   int64_t q, k, v, o, lse;

@@ -401,7 +401,7 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
       // The sink joins the denominator: l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
       const float top = std::max(m, sink);
       out_scale = m == kNegInf ? 0.0f : std::exp(m - top);
-      l = l * out_scale + std::exp(sink - top);
+      l = l * out_scale + (sink == kNegInf ? 0.0f : std::exp(sink - top));  // -inf: no sink
       m = top;
     }
     const float* ar = w.acc.data() + i * dp;
@@ -562,9 +562,12 @@ void merge(int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim, const
         const S* a = static_cast<const S*>(o_a) + oi;
         const S* bb = static_cast<const S*>(o_b) + oi;
         // Read both rows before writing: o may be o_a or o_b.
+        // A side of weight 0 (lse -inf: no key) contributes nothing, whatever its o holds (a
+        // shard with no key may have left it unwritten): selected out, never multiplied.
         for (int64_t c = 0; c < head_dim; ++c) {
-          row[static_cast<size_t>(c)] =
-              sum == 0.0f ? 0.0f : (wa * E::load(a[c]) + wb * E::load(bb[c])) / sum;
+          const float x = (wa == 0.0f ? 0.0f : wa * E::load(a[c])) +
+                          (wb == 0.0f ? 0.0f : wb * E::load(bb[c]));
+          row[static_cast<size_t>(c)] = sum == 0.0f ? 0.0f : x / sum;
         }
         S* out = static_cast<S*>(o) + oi;
         for (int64_t c = 0; c < head_dim; ++c) {

@@ -141,9 +141,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) merge_kernel(__grid_const
   T const* a = static_cast<T const*>(p.o_a) + oi;
   T const* bb = static_cast<T const*>(p.o_b) + oi;
   T* out = static_cast<T*>(p.o) + oi;
-  // Each lane reads its own columns before writing them, so o may be o_a or o_b.
+  // Each lane reads its own columns before writing them, so o may be o_a or o_b. A side of
+  // weight 0 contributes nothing, whatever its o holds (as on the CPU backend).
   for (int64_t c = lane; c < p.head_dim; c += 32) {
-    float const x = (wa * to_float(a[c]) + wb * to_float(bb[c])) * inv;
+    float const x = ((wa == 0.f ? 0.f : wa * to_float(a[c])) +
+                     (wb == 0.f ? 0.f : wb * to_float(bb[c]))) * inv;
     out[c] = from_float<T>(x);
   }
   __syncwarp();

@@ -607,7 +607,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         float const m = top;
         top = fmaxf(m, sink);
         out_scale = m == -INFINITY ? 0.f : __expf(m - top);
-        sum = sum * out_scale + __expf(sink - top);
+        sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
       }
       float const inv = sum > 0.f ? out_scale / sum : 0.f;
       float const lse = sum > 0.f ? top + logf(sum) : -INFINITY;

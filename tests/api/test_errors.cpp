@@ -203,7 +203,14 @@ TEST_CASE("fa_forward: strides") {
   c.v_batch_stride = 16;
   c.v_seq_stride = int64_t(1) << 61;
   c.v_head_stride = 8;
-  expect_error(f, FA_STATUS_INVALID_ARGUMENT, "2^63", [&] { return f.forward(&c); });
+  expect_error(f, FA_STATUS_INVALID_ARGUMENT, "2^60", [&] { return f.forward(&c); });
+  // Offsets below 2^63 whose byte offsets or extent (last offset + 1) would not fit: 6 seq steps
+  // of 2^60 - 1 (found by review: fa_config_extents returned a negative extent near 2^63).
+  c.v_seq_stride = (int64_t(1) << 60) - 1;
+  expect_error(f, FA_STATUS_INVALID_ARGUMENT, "2^60", [&] { return f.forward(&c); });
+  int64_t ext[5];
+  CHECK(fa_config_extents(&c, &ext[0], &ext[1], &ext[2], &ext[3], &ext[4]) ==
+        FA_STATUS_INVALID_ARGUMENT);
 
   // Packed strides that overflow int64 (found by review: they used to wrap silently).
   c = f.cfg;

@@ -3,6 +3,7 @@
 // malformed index tensors, overlapping outputs, and callers built against the 0.2 fa_config.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -264,6 +265,114 @@ TEST_CASE("outputs overlapping inputs or each other are refused") {
                    nullptr) == FA_STATUS_SUCCESS);
 }
 
+TEST_CASE("outputs may not overlap the run-time arrays, which are read during the run") {
+  Cpu cpu;
+  FeatureCase c;
+  c.dtype = FA_DTYPE_FP32;
+  c.layout = FA_LAYOUT_VARLEN;
+  c.sq = {5, 7};
+  c.sk = {6, 9};
+  c.sinks = true;
+  FeatureData d = fa_test::make_feature_data(c, 31);
+  // cu_seqlens_q and the sinks inside lse's range: lse's writes would rewrite the offsets the
+  // CPU backend is still reading (a crash before the check).
+  std::vector<float> lse_and_more(d.lse.size() + 8);
+  std::vector<int32_t> const cu_q = d.cu_q;
+  auto* cu_inside = reinterpret_cast<int32_t*>(lse_and_more.data() + 2);
+  std::memcpy(cu_inside, cu_q.data(), cu_q.size() * sizeof(int32_t));
+  fa_run_args args = d.host_args();
+  args.cu_seqlens_q = cu_inside;
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                      lse_and_more.data(), &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("overlaps cu_seqlens_q") != std::string::npos);
+  CHECK(std::memcmp(cu_inside, cu_q.data(), cu_q.size() * sizeof(int32_t)) == 0);
+  args = d.host_args();
+  args.sinks = reinterpret_cast<float const*>(d.o.data()) + 3;
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                      nullptr, &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("overlaps sinks") != std::string::npos);
+  // The same run with separate buffers succeeds.
+  run_and_check(cpu, d);
+}
+
+TEST_CASE("pointers are aligned to their elements on every backend") {
+  Cpu cpu;
+  FeatureCase c;
+  c.dtype = FA_DTYPE_BF16;
+  c.sinks = true;
+  FeatureData d = fa_test::make_feature_data(c, 32);
+  std::vector<unsigned char> q_shifted(d.q.size() + 1);
+  std::memcpy(q_shifted.data() + 1, d.q.data(), d.q.size());
+  fa_run_args args = d.host_args();
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, q_shifted.data() + 1, d.k.data(), d.v.data(),
+                      d.o.data(), nullptr, &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("q = ") != std::string::npos);
+  std::vector<float> lse(d.lse.size() + 1);
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                      reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(lse.data()) + 2),
+                      &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("lse") != std::string::npos);
+  std::vector<float> sinks(d.sinks.size() + 1);
+  std::memcpy(reinterpret_cast<unsigned char*>(sinks.data()) + 1, d.sinks.data(),
+              d.sinks.size() * sizeof(float));
+  args.sinks = reinterpret_cast<float const*>(reinterpret_cast<unsigned char*>(sinks.data()) + 1);
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                      nullptr, &args, nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("sinks") != std::string::npos);
+}
+
+TEST_CASE("a larger fa_run_args is taken only when its unknown bytes are 0") {
+  Cpu cpu;
+  FeatureCase c;
+  c.sinks = true;
+  FeatureData d = fa_test::make_feature_data(c, 33);
+  struct Larger {
+    fa_run_args args;
+    uint64_t newer_field;
+  } larger{};
+  larger.args = d.host_args();
+  larger.args.struct_size = sizeof larger;
+  larger.newer_field = 1;
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                      nullptr, &larger.args, nullptr) == FA_STATUS_BAD_STRUCT_SIZE);
+  CHECK(std::string(fa_last_error_detail()).find("fa_run_args") != std::string::npos);
+  larger.newer_field = 0;
+  CHECK(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                      nullptr, &larger.args, nullptr) == FA_STATUS_SUCCESS);
+}
+
+TEST_CASE("varlen length bounds beyond the rows there are run as the rows there") {
+  Cpu cpu;
+  FeatureCase c;
+  c.dtype = FA_DTYPE_FP32;
+  c.layout = FA_LAYOUT_VARLEN;
+  c.sq = {1};
+  c.sk = {3};
+  FeatureData d = fa_test::make_feature_data(c, 34);
+  // max_seqlen_q/k of 2^63 - 1 for one query row: 2^57 CPU work units before the clamp.
+  d.config.seqlen_q = std::numeric_limits<int64_t>::max();
+  d.config.seqlen_k = std::numeric_limits<int64_t>::max();
+  run_and_check(cpu, d);
+}
+
+TEST_CASE("a sink of -inf adds nothing, also to a row that sees no key") {
+  Cpu cpu;
+  FeatureCase c;
+  c.dtype = FA_DTYPE_FP32;
+  c.sq = {6};
+  c.sk = {3};
+  c.causal = true;  // rows 0 to 2 see no key
+  c.sinks = true;
+  FeatureData d = fa_test::make_feature_data(c, 35);
+  std::fill(d.sinks.begin(), d.sinks.end(), -std::numeric_limits<float>::infinity());
+  run_and_check(cpu, d);
+  for (int64_t h = 0; h < c.heads_q; ++h) {
+    CHECK(d.lse[static_cast<size_t>(d.lse_index(0, h, 0))] ==
+          -std::numeric_limits<float>::infinity());
+    CHECK(fa_test::load_elem(c.dtype, d.o.data(), d.q_index(0, 0, h)) == 0.0);
+  }
+}
+
 TEST_CASE("merge_states of two disjoint key sets equals attention over their union") {
   Cpu cpu;
   for (int dtype : {FA_DTYPE_BF16, FA_DTYPE_FP32}) {
@@ -324,6 +433,12 @@ TEST_CASE("merge_states: empty sides") {
   CHECK(o[0] == 3.0f);
   CHECK(o[1] == 4.0f);
   CHECK(l == 0.5f);
+  // An empty side's o may hold anything (a shard with no key may leave it unwritten).
+  oa[0] = std::numeric_limits<float>::quiet_NaN();
+  oa[1] = inf;
+  REQUIRE(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) == FA_STATUS_SUCCESS);
+  CHECK(o[0] == 3.0f);
+  CHECK(o[1] == 4.0f);
   lb = -inf;
   REQUIRE(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) == FA_STATUS_SUCCESS);
   CHECK(o[0] == 0.0f);

@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
         float const m = top;
         top = fmaxf(m, sink);
         out_scale = m == -INFINITY ? 0.f : __expf(m - top);
-        sum = sum * out_scale + __expf(sink - top);
+        sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
       }
       float const inv = sum > 0.f ? out_scale / sum : 0.f;
       int64_t const row = row0 + 8 * r;
