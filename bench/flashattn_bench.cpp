@@ -2,17 +2,21 @@
 //
 //   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16] [--head-dims 64,128,256]
 //                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
-//                   [--autotune]
+//                   [--autotune] [--window-ms MS]
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim), batch = 16384 / seqlen, so
 // every point moves the same 16384 tokens. FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved
 // for causal. Each point times --iters launches with CUDA events after 3 warm-up launches and
-// reports the median. Without --kernel the context's own choice runs (what fa_forward() picks);
+// reports the median; with --window-ms it instead launches back to back between two events for
+// at least MS milliseconds and reports the mean, as a serving loop runs them (one launch between
+// two events with a wait also counts the host's launch work, which back-to-back calls overlap). Without --kernel the context's own choice runs (what fa_forward() picks);
 // --all-kernels times every registered kernel of the dtype and head dim. --autotune runs
 // fa_autotune() at each point after timing the default choice, then times the tuned choice too.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -38,10 +42,10 @@ std::string name_of(fa_kernel_config const& k) {
   return buf;
 }
 
-// Uniform in [-1, 1], rounded to bf16 or fp16 bits.
+// Standard normal, rounded to bf16 or fp16 bits.
 std::vector<uint16_t> random_16bit(size_t n, int dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<uint16_t> out(n);
   for (uint16_t& x : out) {
     float f = dist(rng);
@@ -49,7 +53,7 @@ std::vector<uint16_t> random_16bit(size_t n, int dtype, uint64_t seed) {
     std::memcpy(&bits, &f, 4);
     if (dtype == FA_DTYPE_BF16) {
       x = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    } else {  // |f| <= 1: a normal or zero half; truncation is close enough for timing data
+    } else {  // |f| < 2^15 (a normal sample is): a half or zero; truncation suffices for timing
       uint32_t e = (bits >> 23) & 0xFF;
       uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
       x = e < 113 ? sign : static_cast<uint16_t>(sign | ((e - 112) << 10) | ((bits >> 13) & 0x3FF));
@@ -68,6 +72,7 @@ struct Options {
   int iters = 20;
   bool csv = false;
   bool autotune = false;
+  double window_ms = 0;  // > 0: back-to-back timing over at least this long
 };
 
 Options parse_args(int argc, char** argv) {
@@ -101,6 +106,8 @@ Options parse_args(int argc, char** argv) {
       o.csv = true;
     } else if (a == "--autotune") {
       o.autotune = true;
+    } else if (a == "--window-ms") {
+      o.window_ms = std::max(1.0, std::atof(next()));
     } else {
       die("unknown argument " + a + " (see the comment at the top of bench/flashattn_bench.cpp)");
     }
@@ -134,7 +141,11 @@ int main(int argc, char** argv) {
   if (opt.csv) {
     std::printf("kernel,dtype,head_dim,causal,seqlen,batch,heads,ms,tflops\n");
   } else {
-    std::printf("libflashattn %s on %s (sm_%d%d)\n", fa_version_string(), prop.name, prop.major,
+    // Which libflashattn this run loaded (the build tree's, or one LD_LIBRARY_PATH names).
+    Dl_info library{};
+    dladdr(dlsym(RTLD_DEFAULT, "fa_version_string"), &library);
+    std::printf("libflashattn %s (%s) on %s (sm_%d%d)\n", fa_version_string(),
+                library.dli_fname != nullptr ? library.dli_fname : "?", prop.name, prop.major,
                 prop.minor);
     std::printf("%-4s %-6s %-6s %9s %9s  %s\n", "d", "causal", "seqlen", "ms", "TFLOP/s", "kernel");
   }
@@ -168,26 +179,36 @@ int main(int argc, char** argv) {
         cfg.causal = causal;
         double const flops = 4.0 * cfg.batch * cfg.heads_q * double(seqlen) * seqlen * d /
                              (causal ? 2.0 : 1.0);
-        // One timed configuration: plan, warm up, median of --iters event timings, print.
+        // One timed configuration: plan, warm up, time (--iters or --window-ms), print.
         auto time_plan = [&](fa_plan_t* plan, char const* label) {
           fa_kernel_config used;
           check(fa_kernel_config_init(&used), "init");
           check(fa_plan_kernel(plan, &used), "fa_plan_kernel");
-          for (int w = 0; w < 3; ++w) {
+          auto run = [&] {
             check(fa_plan_run(plan, q, k, v, o, nullptr, nullptr, 0, nullptr), "fa_plan_run");
-          }
-          std::vector<float> times;
-          for (int it = 0; it < opt.iters; ++it) {
+          };
+          for (int w = 0; w < 3; ++w) run();
+          auto elapsed_ms = [&](int calls) {
             check_cuda(cudaEventRecord(start), "cudaEventRecord");
-            check(fa_plan_run(plan, q, k, v, o, nullptr, nullptr, 0, nullptr), "fa_plan_run");
+            for (int c = 0; c < calls; ++c) run();
             check_cuda(cudaEventRecord(stop), "cudaEventRecord");
             check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
             float ms = 0;
             check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-            times.push_back(ms);
+            return ms;
+          };
+          float ms = 0;
+          if (opt.window_ms > 0) {
+            // The count that fills the window, from 8 calls; then that many back to back.
+            float const estimate = std::max(elapsed_ms(8) / 8, 1e-4f);
+            int const calls = static_cast<int>(std::ceil(opt.window_ms / estimate));
+            ms = elapsed_ms(calls) / calls;
+          } else {
+            std::vector<float> times;
+            for (int it = 0; it < opt.iters; ++it) times.push_back(elapsed_ms(1));
+            std::sort(times.begin(), times.end());
+            ms = times[times.size() / 2];
           }
-          std::sort(times.begin(), times.end());
-          float const ms = times[times.size() / 2];
           double const tflops = flops / (ms * 1e-3) / 1e12;
           std::string name = std::string(label) + name_of(used);
           if (opt.csv) {

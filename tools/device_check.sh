@@ -3,8 +3,12 @@
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
 # Steps: build ctest gpu_tests sm90_gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck
-#        sm90_synccheck python_gpu rust_device compare compare_fp16 sweep autotune decode
-#        decode_paged decode_spec varlen copy python_overhead
+#        sm90_synccheck python_gpu rust_device compare compare_fp16 before_after sweep autotune
+#        decode decode_paged decode_spec varlen copy python_overhead
+# before_after times the built-in choice of this build against another commit's library, back to
+# back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
+# or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
+# .deps/before-src`), it is built beside this one by the build step.
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 # FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
@@ -14,7 +18,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck python_gpu rust_device compare compare_fp16 sweep autotune decode decode_paged decode_spec varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck python_gpu rust_device compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -30,7 +34,18 @@ if want build; then
   steps="$steps configure "
   step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
     ${FA_DEVICE_CMAKE_ARGS:-}
+  if [ -f .deps/before-src/CMakeLists.txt ] && [ ! -f .deps/before/libflashattn.so.0 ]; then
+    steps="$steps configure_before "
+    step configure_before cmake -S .deps/before-src -B build-before -G Ninja \
+      -DFA_BUILD_TESTS=OFF -DFA_BUILD_EXAMPLES=OFF -DFA_BUILD_BENCH=OFF ${FA_DEVICE_CMAKE_ARGS:-}
+    ninja -C build-before -j8 >"$logs/build_before.log" 2>&1 &
+    before_pid=$!
+  fi
   step build ninja -C "$build" -j16
+  if [ -n "${before_pid:-}" ]; then
+    if wait "$before_pid"; then mkdir -p .deps/before && cp -P build-before/libflashattn.so* .deps/before/
+    else echo "   build_before FAILED; tail:"; tail -n 20 "$logs/build_before.log"; status=1; fi
+  fi
 fi
 step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
@@ -64,6 +79,10 @@ step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_benc
   --out "$out/compare" --iters 20
 step compare_fp16 python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
   --out "$out/compare-fp16" --iters 20 --dtype fp16
+if [ -f .deps/before/libflashattn.so.0 ]; then
+  step before_after python3 tools/compare_builds.py --bench "$build/bench/flashattn_bench" \
+    --base .deps/before --out "$out/before-after"
+fi
 # Every registered kernel of both families on the grid: the data the choice table comes from.
 step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --iters 10 > '$out/sweep-bf16.csv'"
 step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
@@ -79,7 +98,7 @@ step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
 grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
-for f in decode decode_paged decode_spec varlen python_overhead; do
+for f in before_after decode decode_paged decode_spec varlen python_overhead; do
   [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }
 done
 tail -n 12 "$logs/autotune.log" 2>/dev/null

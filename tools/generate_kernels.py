@@ -7,10 +7,13 @@ CMake runs this at configure time with the build's options; it writes, into --ou
                                         family, dtype, head dim) group, split every --per-file kernels
                                         so builds parallelise);
   registry_generated.cpp                calls every group's registration function;
+  families_generated.cpp                find_family(): the families this build compiles;
   kernels.txt                           the short names of all kernels, in registry order (the tests
                                         check the built registry against it);
-  sources.txt, sources_sm90.txt         the generated .cu files of each family, for CMake (the sm90
-                                        family's compile for sm_90a only).
+  families.txt                          one line per family built: its folder and the one arch it
+                                        compiles for alone ("-": the build's arch list), for CMake;
+  sources_<family>.txt                  each family's sources, for CMake: its generated .cu files and
+                                        the host .cpp files of its folder.
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
 
 Kernel sets (--kernel-set):
@@ -273,6 +276,23 @@ def write_if_changed(path, text):
         f.write(text)
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelFamily:
+    """A kernel family: the folder src/cuda/<folder>/ and the namespace fa::cuda::<folder>, which
+    hold its kernels (launch.cuh defines register_kernel<C>), its rules (kFamily, the answers to
+    src/cuda/family.hpp) and its host sources (*.cpp)."""
+    id: int         # KernelConfig::family (fa_kernel_config.family)
+    folder: str
+    arch: str       # the generated files' stem: fa_fwd_<arch>_...
+    own_arch: str   # the one arch its code compiles for, apart from the build's list ("" if none)
+
+
+# The families, in KernelConfig::family order: the one place a family is registered.
+FAMILIES = (KernelFamily(0, "sm80", "sm80", ""),
+            KernelFamily(1, "sm90", "sm90a", "90a"))
+SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory")
@@ -312,22 +332,21 @@ def main():
     groups = {}
     for c in configs:
         groups.setdefault((c.family, c.dtype, c.d_head), []).append(c)
-    # Per family: the file stem's arch, the template header, the registration function.
-    families = {0: ("sm80", "cuda/forward_kernel.cuh", "register_kernel"),
-                1: ("sm90a", "cuda/hopper/launch_sm90.cuh", "sm90::register_kernel")}
-    sources, functions = {0: [], 1: []}, []
-    for (family, dtype, d), members in sorted(groups.items()):
-        arch, header, register = families[family]
+    # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
+    built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
+    sources, functions = {f.id: [] for f in built}, []
+    for (family_id, dtype, d), members in sorted(groups.items()):
+        family = FAMILIES[family_id]
         for part, start in enumerate(range(0, len(members), args.per_file)):
-            stem = f"fa_fwd_{arch}_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
+            stem = f"fa_fwd_{family.arch}_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
             fn = f"register_{stem}"
-            body = "".join(f"  // {c.short_name()}\n  {register}<{c.cpp()}>(registry);\n"
+            body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}>(registry);\n"
                            for c in members[start:start + args.per_file])
-            text = (BANNER + f'#include "{header}"\n\nnamespace fa::cuda {{\n\n'
+            text = (BANNER + f'#include "cuda/{family.folder}/launch.cuh"\n\nnamespace fa::cuda {{\n\n'
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")
             path = os.path.join(args.out, stem + ".cu")
             write_if_changed(path, text)
-            sources[family].append(path)
+            sources[family_id].append(path)
             functions.append(fn)
 
     decls = "".join(f"void {fn}(Registry& registry);\n" for fn in functions)
@@ -361,9 +380,21 @@ def main():
                      "}  // namespace fa::cuda\n")
     write_if_changed(os.path.join(args.out, "kernels.txt"),
                      "".join(c.short_name() + "\n" for c in configs))
-    write_if_changed(os.path.join(args.out, "sources.txt"), "".join(s + "\n" for s in sources[0]))
-    write_if_changed(os.path.join(args.out, "sources_sm90.txt"),
-                     "".join(s + "\n" for s in sources[1]))
+    write_if_changed(os.path.join(args.out, "families_generated.cpp"),
+                     BANNER + '#include "cuda/family.hpp"\n' +
+                     "".join(f'#include "cuda/{f.folder}/family.hpp"\n' for f in built) +
+                     "\nnamespace fa::cuda {\n\nKernelFamily const* find_family(int32_t family) {\n"
+                     "  switch (family) {\n" +
+                     "".join(f"    case {f.id}: return &{f.folder}::kFamily;\n" for f in built) +
+                     "  }\n  return nullptr;\n}\n\n}  // namespace fa::cuda\n")
+    write_if_changed(os.path.join(args.out, "families.txt"),
+                     "".join(f"{f.folder} {f.own_arch or '-'}\n" for f in built))
+    for f in built:
+        folder = os.path.join(SRC_DIR, "cuda", f.folder)
+        host = sorted(os.path.normpath(os.path.join(folder, name)) for name in os.listdir(folder)
+                      if name.endswith(".cpp"))
+        write_if_changed(os.path.join(args.out, f"sources_{f.folder}.txt"),
+                         "".join(path + "\n" for path in sources[f.id] + host))
 
 
 if __name__ == "__main__":

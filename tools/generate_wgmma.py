@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes src/cuda/hopper/wgmma_sm90.cuh: one inline-PTX wrapper per wgmma shape the Hopper
+"""Writes src/cuda/sm90/wgmma.cuh: one inline-PTX wrapper per wgmma shape the Hopper
 family issues (m64nNk16, fp32 accumulators, fp16 or bf16 operands, A from shared memory (SS) or
 from registers (RS)). An asm statement needs its N/2 accumulator operands spelled out one by one,
 so they are generated rather than written by hand.
 
-    python3 tools/generate_wgmma.py > src/cuda/hopper/wgmma_sm90.cuh
+    python3 tools/generate_wgmma.py > src/cuda/sm90/wgmma.cuh
 """
 import sys
 

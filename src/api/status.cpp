@@ -1,27 +1,5 @@
-#include "api/status.hpp"
-
-#include <cstdarg>
-#include <cstdio>
-
-namespace fa {
-
-namespace {
-// Fixed-size so that recording a failure can never itself fail; the longest message (a kernel
-// name plus a reason) is under 300 bytes.
-thread_local char t_detail[512];
-}  // namespace
-
-fa_status fail(fa_status status, char const* format, ...) {
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(t_detail, sizeof t_detail, format, args);
-  va_end(args);
-  return status;
-}
-
-void clear_detail() { t_detail[0] = '\0'; }
-
-}  // namespace fa
+// The C API's version and status functions.
+#include "core/status.hpp"
 
 extern "C" {
 
@@ -29,7 +7,7 @@ FA_API unsigned fa_version_number(void) { return FA_VERSION_NUMBER; }
 
 FA_API char const* fa_version_string(void) { return FA_VERSION_STRING; }
 
-FA_API char const* fa_last_error_detail(void) { return fa::t_detail; }
+FA_API char const* fa_last_error_detail(void) { return fa::detail(); }
 
 FA_API char const* fa_status_string(fa_status status) {
   switch (status) {

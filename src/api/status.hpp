@@ -1,18 +1,14 @@
-// Status plumbing of the C API: the thread-local detail message, and the guard that keeps C++
-// exceptions from crossing the C boundary.
+// The C boundary's guard: no C++ exception crosses it, and every entry point starts with this
+// thread's detail message cleared.
 #pragma once
 
 #include <exception>
 #include <new>
 
+#include "core/status.hpp"
 #include "flashattn.h"
 
 namespace fa {
-
-// Sets this thread's detail message (printf-style) and returns `status`.
-[[gnu::format(printf, 2, 3)]] fa_status fail(fa_status status, char const* format, ...);
-
-void clear_detail();
 
 // Runs `body` (returning fa_status) with the detail message cleared first; any exception becomes a
 // status: std::bad_alloc -> FA_STATUS_OUT_OF_MEMORY, anything else -> FA_STATUS_INTERNAL_ERROR.

@@ -2,7 +2,7 @@
 // walks the visible key tiles with an online softmax, so no seqlen_q x seqlen_k matrix is stored.
 #include "cpu/cpu_attention.hpp"
 
-#include "api/status.hpp"
+#include "core/status.hpp"
 
 #include <algorithm>
 #include <atomic>

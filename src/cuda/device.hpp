@@ -1,4 +1,6 @@
-// The GPU side of a context: device discovery, the per-device kernel view, kernel choice and launch.
+// The GPU side of a context, shared by every kernel family: device discovery and the per-device
+// kernel view (device.cpp), the choice across families (choice.cpp), and launch, merge and
+// timing (launch.cpp). Family rules come from the family interface (family.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "core/function_ref.hpp"
 #include "core/problem.hpp"
 #include "cuda/combine.hpp"
+#include "cuda/family.hpp"
 #include "cuda/kernel_entry.hpp"
 #include "flashattn.h"
 
@@ -24,14 +28,14 @@ struct Device {
   std::map<KernelEntry const*, int> blocks_per_sm;  // each kernel's occupancy on this device
 };
 
-// How a problem runs on one kernel: GQA packing, key splits, grid and workspace.
-struct Schedule {
-  bool pack_gqa = false;
-  int num_splits = 1;
-  bool general = false;        // needs the kernels' general instantiation (KernelEntry::launch)
-  int64_t blocks = 0;          // thread blocks of the forward kernel
-  size_t workspace_bytes = 0;  // split-KV partials; 0 when unsplit
-};
+// FA_STATUS_CUDA_ERROR with a detail naming `what` and the error.
+fa_status cuda_fail(cudaError_t e, char const* what);
+
+// Runs `body` with `ordinal` as the current device, then gives the calling thread back exactly
+// the context it had. Saving and restoring the driver context (not cudaGetDevice/cudaSetDevice)
+// matters on a thread with no context yet: restoring "device 0" there would create a context on
+// GPU 0 in a process that only uses another GPU.
+fa_status on_device(int ordinal, FunctionRef<fa_status()> body);
 
 // Reads the device's properties, prepares every registered kernel on it (once per device per
 // process) and fills the kernel view. Leaves the calling thread's current device unchanged.
@@ -40,19 +44,21 @@ fa_status open_device(int ordinal, Device* out);
 // Checks what every GPU kernel needs of a problem (dtype, alignment of strides, grid limits).
 fa_status check_problem(Problem const& p);
 
-// Why kernel `k` cannot run `p`; empty when it can.
+// Why kernel `k` cannot run `p` (its dtype, head dim, grid size, and its family's rules); empty
+// when it can.
 std::string cannot_run(KernelConfig const& k, Problem const& p);
 
-// Picks a kernel of `device` for `p`, or fails with FA_STATUS_UNSUPPORTED and the reason.
+// Picks a kernel of `device` for `p`: for a decode-like problem the family's best-ranked decode
+// kernel, else the measured table's pick (heuristic.hpp) or its fallback, else the runnable
+// kernel with the largest tile; or fails with FA_STATUS_UNSUPPORTED and the reason.
 fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out);
 
-// The schedule of `p` on `k`: packing, the grid, and the number of splits (p.num_splits when
-// forced, else a heuristic over the grid, the key length and the device's SMs), or 1 with
-// `allow_split` false.
+// The schedule of `p` on `kernel`, from its family: packing, the grid, and the number of splits
+// (p.num_splits when forced, else the family's heuristic), or 1 with `allow_split` false.
 Schedule make_schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
                        bool allow_split);
 
-// Launch arguments of kernel `k` for `p` under schedule `s`, without pointers.
+// Launch arguments of kernel `k` for `p` under schedule `s`, without pointers, from its family.
 ForwardParams make_params(KernelConfig const& k, Problem const& p, Schedule const& s);
 
 // The tensors and run-time pointers of one launch.

@@ -521,6 +521,9 @@ TEST_CASE("fa_autotune records a winner that plans then use; the tuning file rou
   old.struct_size = offsetof(fa_kernel_config, family) + 4;
   old.family = 7;
   old.stages = 7;
+  old.overlap = 7;
+  old.pingpong = 7;
+  old.persistent = 7;
   s = fa_autotune(other, &cfg, c.dev->q(p), c.dev->k(p), c.dev->v(p), c.dev->o(p), c.dev->lse,
                   nullptr, &old, &best_ms);
   INFO(std::string(fa_last_error_detail()));
@@ -528,10 +531,17 @@ TEST_CASE("fa_autotune records a winner that plans then use; the tuning file rou
   CHECK(best_ms > 0.f);
   CHECK(old.family == 7);  // past the caller's fields: untouched
   CHECK(old.stages == 7);
-  fa_kernel_config pinned = old;
-  pinned.struct_size = sizeof pinned;
-  pinned.family = FA_FAMILY_MMA_SYNC;
-  pinned.stages = 0;
+  CHECK(old.overlap == 7);
+  CHECK(old.pingpong == 7);
+  CHECK(old.persistent == 7);
+  // The same kernel in a current struct: the 0.2 fields, and every field after them 0 (the
+  // mma.sync family has none of the sm90 knobs). `old` still holds the first winner's sm90 knobs
+  // past its struct_size, which is why they are not copied.
+  fa_kernel_config pinned;
+  REQUIRE(fa_kernel_config_init(&pinned) == FA_STATUS_SUCCESS);
+  std::memcpy(reinterpret_cast<char*>(&pinned) + sizeof(size_t),
+              reinterpret_cast<char const*>(&old) + sizeof(size_t),
+              offsetof(fa_kernel_config, family) - sizeof(size_t));
   REQUIRE(fa_kernel_is_registered(&pinned, &registered) == FA_STATUS_SUCCESS);
   CHECK(registered == 1);
   REQUIRE(fa_plan_create_with_kernel(other, &cfg, &old, &plan) == FA_STATUS_SUCCESS);

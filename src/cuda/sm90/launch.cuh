@@ -7,8 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/hopper/forward_sm90.cuh"
-#include "cuda/hopper/tensor_map.hpp"
+#include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/tensor_map.hpp"
+#include "cuda/sm90/tile_scheduler.cuh"
 #include "cuda/kernel_entry.hpp"
 
 namespace fa::cuda::sm90 {
@@ -40,26 +41,9 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
       blocks_per_sm, forward_kernel<TileOf<C>, false>, TileOf<C>::kThreads, TileOf<C>::kSmemBytes);
 }
 
-// (batch, head) pairs walked together (Params::head_group). A persistent kernel under a mask
-// takes them all, so the tiles go heaviest first over the whole grid and the snake of rounds
-// can even out the blocks' work (with one head per group, a round of 132 tiles at 16k keys
-// spans a head's every query block, and the block that drew the heaviest each round took 2x
-// the mean: 0.53x the speed of one block per tile at d = 256). Otherwise as many as keep their
-// K and V within 24 MiB, half of the H100's 50 MB L2 (the rest holds the streamed Q and O),
-// counting a K/V head once for the query heads that share it: at d = 128 and 16k keys a head's
-// K and V take 8 MiB, so 3 heads (12 with 4 query heads per K/V head).
-inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent) {
-  int64_t const pairs = int64_t(p.heads_q) * p.batch;
-  if (persistent && p.masked) return pairs;
-  constexpr int64_t kL2Budget = int64_t(24) << 20;
-  int64_t const kv_bytes = 2 * int64_t(p.seqlen_k) * d_head * 2;
-  int64_t const group = kL2Budget * p.q_heads_per_kv / std::max<int64_t>(kv_bytes, 1);
-  return std::clamp<int64_t>(group, 1, pairs);
-}
-
 // Builds the run's tensor maps (about a microsecond each on the host) and launches on `grid`: a
-// block per query tile, or with `persistent` one per SM (device.cpp's schedule) walking them;
-// `general` picks the instantiation with score transforms and sinks (device.cpp refuses the
+// block per query tile, or with `persistent` one per SM (the schedule in family.cpp) walking them;
+// `general` picks the instantiation with score transforms and sinks (family.cpp refuses the
 // features neither has).
 template <KernelConfig C>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
@@ -67,7 +51,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   Params params;
   params.head_group = head_group(p, C.d_head, C.persistent);
   // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
-  // sequence's first); dense problems and caches span [batch, rows]. device.cpp refuses empty
+  // sequence's first); dense problems and caches span [batch, rows]. fa_config_validate refuses empty
   // packed tensors, which no map can describe.
   bool const varlen = p.layout == kLayoutVarlen;
   int64_t const q_rows = varlen ? p.total_q : p.seqlen_q;

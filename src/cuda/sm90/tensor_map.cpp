@@ -1,4 +1,4 @@
-#include "cuda/hopper/tensor_map.hpp"
+#include "cuda/sm90/tensor_map.hpp"
 
 #include <cudaTypedefs.h>
 

@@ -1,0 +1,113 @@
+// The choice across families: whether a kernel runs a problem, which kernel a problem gets,
+// and its schedule and parameters, each asked of the kernel's family (family.hpp).
+#include <cinttypes>
+#include <climits>
+#include <optional>
+#include <string>
+
+#include "core/status.hpp"
+#include "cuda/device.hpp"
+#include "cuda/heuristic.hpp"
+
+namespace fa::cuda {
+
+namespace {
+
+// Every registered kernel's family is compiled in (the generator emits both lists together).
+KernelFamily const& family_of(KernelConfig const& k) { return *find_family(k.family); }
+
+}  // namespace
+
+std::string cannot_run(KernelConfig const& k, Problem const& p) {
+  auto say = [&](std::string what) { return short_name(k) + ": " + what; };
+  if (static_cast<int>(k.dtype) != static_cast<int>(p.dtype)) {
+    return say("its dtype differs from fa_config.dtype = " + std::to_string(int(p.dtype)));
+  }
+  if (k.d_head != p.head_dim) {
+    return say("d_head differs from fa_config.head_dim = " + std::to_string(p.head_dim));
+  }
+  KernelFamily const* family = find_family(k.family);
+  if (family == nullptr) {
+    return say("its family (" + std::to_string(k.family) + ") is not compiled into this build");
+  }
+  if (std::string why = family->cannot_run(k, p); !why.empty()) return say(why);
+  // One thread block per (query block, head, batch), on a one-dimensional grid; splits multiply
+  // it, but only up to the unsplit grid's limit (the schedule caps them).
+  int64_t const blocks = unsplit_blocks(k.B_r, p, family->pack_gqa(k, p));
+  if (blocks > INT32_MAX) {
+    return say("the grid of " + std::to_string(blocks) + " thread blocks exceeds 2^31 - 1");
+  }
+  return {};
+}
+
+fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out) {
+  // A decode kernel for decode-like problems, the family ranking its kernels. Otherwise the
+  // measured table's kernel when this build has it; else (a build that left both the pick and
+  // its fallback out) the runnable kernel with the largest tile, the shape that won most of the
+  // sweep.
+  KernelEntry const* best = nullptr;
+  int best_rank = 0;
+  for (KernelEntry const* e : device.kernels) {
+    int const rank = family_of(e->config).decode_rank(e->config, p);
+    if (rank > best_rank && cannot_run(e->config, p).empty()) {
+      best = e;
+      best_rank = rank;
+    }
+  }
+  if (best != nullptr) {
+    *out = best;
+    return FA_STATUS_SUCCESS;
+  }
+  // The table's pick, or where it cannot run here (an sm90 kernel on another arch, in a build
+  // without it, or on a problem that family does not run) the table's mma.sync fallback.
+  int const arch = device.cc_major * 10 + device.cc_minor;
+  for (bool table_fallback : {false, true}) {
+    std::optional<KernelConfig> const table = table_choice(arch, p, table_fallback);
+    if (!table) continue;
+    for (KernelEntry const* e : device.kernels) {
+      if (e->config == *table && cannot_run(e->config, p).empty()) {
+        *out = e;
+        return FA_STATUS_SUCCESS;
+      }
+    }
+  }
+  KernelEntry const* fallback = nullptr;
+  std::string reason;
+  for (KernelEntry const* e : device.kernels) {
+    std::string why = cannot_run(e->config, p);
+    if (!why.empty()) {
+      // Report the reason of a kernel of the right dtype and head dim when there is one.
+      if (reason.empty() || (e->config.d_head == p.head_dim &&
+                             static_cast<int>(e->config.dtype) == static_cast<int>(p.dtype))) {
+        reason = why;
+      }
+      continue;
+    }
+    if (fallback == nullptr ||
+        e->config.B_r * e->config.B_c > fallback->config.B_r * fallback->config.B_c) {
+      fallback = e;
+    }
+  }
+  if (fallback != nullptr) {
+    *out = fallback;
+    return FA_STATUS_SUCCESS;
+  }
+  if (device.kernels.empty()) {
+    return fail(FA_STATUS_UNSUPPORTED, "this build has no GPU kernels for device %d",
+                device.ordinal);
+  }
+  return fail(FA_STATUS_UNSUPPORTED, "no kernel runs this problem (dtype %d, head_dim %" PRId64
+              ", seqlen_q %" PRId64 ", seqlen_k %" PRId64 ", causal %d); for example %s",
+              int(p.dtype), p.head_dim, p.seqlen_q, p.seqlen_k, int(p.causal), reason.c_str());
+}
+
+Schedule make_schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
+                       bool allow_split) {
+  return family_of(kernel.config).schedule(device, kernel, p, allow_split);
+}
+
+ForwardParams make_params(KernelConfig const& k, Problem const& p, Schedule const& s) {
+  return family_of(k).params(k, p, s);
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,79 @@
+#include "cuda/family.hpp"
+
+#include <algorithm>
+
+namespace fa::cuda {
+
+int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa) {
+  int64_t const group = pack_gqa ? p.heads_q / p.heads_kv : 1;
+  int64_t const n_q_blocks = (p.seqlen_q * group + B_r - 1) / B_r;
+  return n_q_blocks * (pack_gqa ? p.heads_kv : p.heads_q) * p.batch;
+}
+
+bool needs_general(Problem const& p, bool pack_gqa, int num_splits) {
+  // A negative scale is general too: the plain softmax folds the scale into exp2 of raw scores.
+  return p.layout == Layout::kPagedKv || p.softcap > 0.f || p.alibi != Alibi::kNone || p.sinks ||
+         p.softmax_scale < 0.f || pack_gqa || num_splits > 1;
+}
+
+size_t split_workspace_bytes(Problem const& p, int num_splits) {
+  // [num_splits, rows, heads_q, d] partial outputs and [num_splits, heads_q, rows] LSEs.
+  size_t const floats = size_t(num_splits) * size_t(p.q_rows()) * size_t(p.heads_q) *
+                        size_t(p.head_dim + 1);
+  return (floats * sizeof(float) + 255) / 256 * 256;
+}
+
+ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {
+  ForwardParams f{};
+  f.q_batch_stride = p.q.batch;
+  f.q_seq_stride = p.q.seq;
+  f.q_head_stride = p.q.head;
+  f.k_batch_stride = p.k.batch;
+  f.k_seq_stride = p.k.seq;
+  f.k_head_stride = p.k.head;
+  f.v_batch_stride = p.v.batch;
+  f.v_seq_stride = p.v.seq;
+  f.v_head_stride = p.v.head;
+  f.o_batch_stride = p.o.batch;
+  f.o_seq_stride = p.o.seq;
+  f.o_head_stride = p.o.head;
+  f.seqlen_q = static_cast<int32_t>(p.seqlen_q);
+  f.seqlen_k = static_cast<int32_t>(p.seqlen_k);
+  f.heads_q = static_cast<int32_t>(p.heads_q);
+  f.batch = static_cast<int32_t>(p.batch);
+  f.q_heads_per_kv = static_cast<int32_t>(p.heads_q / p.heads_kv);
+  f.pack_gqa = s.pack_gqa ? 1 : 0;
+  f.head_units = static_cast<int32_t>(s.pack_gqa ? p.heads_kv : p.heads_q);
+  int64_t const rows = p.seqlen_q * (s.pack_gqa ? f.q_heads_per_kv : 1);
+  f.n_q_blocks = static_cast<int32_t>((rows + B_r - 1) / B_r);
+  f.num_splits = s.num_splits;
+
+  f.layout = static_cast<int32_t>(p.layout);
+  f.total_q = static_cast<int32_t>(p.total_q);
+  f.total_k = static_cast<int32_t>(p.total_k);
+  f.num_pages = static_cast<int32_t>(p.num_pages);
+  f.page_size = static_cast<int32_t>(p.page_size);
+  f.max_pages_per_seq = static_cast<int32_t>(p.max_pages_per_seq);
+
+  // 2^40 exceeds any distance between int32 positions: an unbounded side.
+  constexpr int64_t kUnbounded = int64_t(1) << 40;
+  f.window_left = p.window && p.window_left >= 0 ? p.window_left : kUnbounded;
+  f.window_right = p.window && p.window_right >= 0 ? p.window_right : kUnbounded;
+  if (p.causal) f.window_right = std::min<int64_t>(f.window_right, 0);
+  f.masked = f.window_left != kUnbounded || f.window_right != kUnbounded ? 1 : 0;
+
+  constexpr double kLog2e = 1.4426950408889634;
+  constexpr double kLn2 = 0.6931471805599453;
+  // Raw scores with the scale folded into exp2 need a positive scale and no per-score function.
+  f.transform = p.softcap > 0.f || p.alibi != Alibi::kNone || p.softmax_scale < 0.f ? 1 : 0;
+  f.softmax_scale = p.softmax_scale;
+  f.score_scale_log2 = f.transform ? 1.f : static_cast<float>(p.softmax_scale * kLog2e);
+  f.lse_scale = f.transform ? static_cast<float>(kLn2) : p.softmax_scale;
+  f.softcap = p.softcap;
+  f.inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
+  f.alibi = static_cast<int32_t>(p.alibi);
+  f.partial_rows = static_cast<int32_t>(p.q_rows());
+  return f;
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,72 @@
+// The seam between the shared GPU code and a kernel family. A family is a folder (src/cuda/sm80/,
+// src/cuda/sm90/) holding its kernels, its rules and its launch; it answers the questions below,
+// and the shared code (device handling, the choice across families, launch, split-KV combine and
+// merge) asks them without knowing any family's knobs or rules. The families a build compiles are
+// listed once, in tools/generate_kernels.py, which emits find_family() and the registry entries.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/kernel_config.hpp"
+#include "core/problem.hpp"
+#include "cuda/forward_params.hpp"
+
+namespace fa::cuda {
+
+struct Device;
+struct KernelEntry;
+
+// How a problem runs on one kernel: GQA packing, key splits, grid and workspace.
+struct Schedule {
+  bool pack_gqa = false;
+  int num_splits = 1;
+  bool general = false;        // needs the kernels' general instantiation (KernelEntry::launch)
+  int64_t blocks = 0;          // thread blocks of the forward kernel
+  size_t workspace_bytes = 0;  // split-KV partials; 0 when unsplit
+};
+
+struct KernelFamily {
+  char const* name;
+  // Why kernel `k` of this family cannot run `p`, its dtype and head dim being p's (the shared
+  // code checks those and the grid's size); empty when it can.
+  std::string (*cannot_run)(KernelConfig const& k, Problem const& p);
+  // Whether `k` packs the query heads of one K/V head into a tile for `p` (read once for all).
+  bool (*pack_gqa)(KernelConfig const& k, Problem const& p);
+  // How well `k` suits `p` as a decode kernel (a few query rows per K/V head against many keys,
+  // bound by reading K and V): 0 when it is not one for `p`; the choice takes the highest.
+  int (*decode_rank)(KernelConfig const& k, Problem const& p);
+  // The schedule of `p` on `kernel` on `device` (the split count is p.num_splits when forced, a
+  // heuristic or 1 otherwise; always 1 with `allow_split` false). `kernel` runs `p`.
+  Schedule (*schedule)(Device const& device, KernelEntry const& kernel, Problem const& p,
+                       bool allow_split);
+  // Launch parameters of `k` for `p` under `s`, without pointers.
+  ForwardParams (*params)(KernelConfig const& k, Problem const& p, Schedule const& s);
+};
+
+// The family with this KernelConfig::family value, or nullptr when the build does not compile
+// it. Generated (families_generated.cpp).
+KernelFamily const* find_family(int32_t family);
+
+// ---- Building blocks every family's answers use (family.cpp) ----------------------------------
+
+// Thread blocks of one unsplit launch with B_r query rows per block: query blocks x head units
+// x batch, where packing GQA puts the heads_q / heads_kv query heads of a K/V head in one tile.
+int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
+
+// Whether the plain instantiation of either family's kernels leaves `p` to the general one:
+// dense, varlen and contiguous-cache layouts with causal and window masks are plain; a paged
+// cache, score transforms, sinks, packed GQA and splits are general.
+bool needs_general(Problem const& p, bool pack_gqa, int num_splits);
+
+// Bytes of the fp32 partials of a `num_splits`-way split (the combine kernel's layout,
+// combine.hpp), rounded up to 256.
+size_t split_workspace_bytes(Problem const& p, int num_splits);
+
+// The ForwardParams of `p` on a kernel of B_r query rows per block under `s`, without pointers:
+// strides, lengths, layout, masks and score scaling, and the tile's packing, query blocks and
+// splits.
+ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s);
+
+}  // namespace fa::cuda

@@ -1,0 +1,135 @@
+// The mma.sync family's epilogue: normalises a tile's O (sinks joining the denominator) and
+// writes it with its LSE, through shared memory for 16-byte stores, or, for one split of the
+// keys, writes the fp32 partials the combine kernel merges.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/forward_params.hpp"
+#include "cuda/ptx.cuh"
+#include "cuda/sequence_view.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/traits.cuh"
+
+namespace fa::cuda::sm80 {
+
+// Where a tile's rows belong.
+struct TileRows {
+  SequenceView seq;
+  int64_t batch;
+  int split;       // this block's share of the keys, of num_splits
+  int num_splits;
+  int layout;
+  int q_rows;      // the tile's rows that exist (packed rows with GQA packing)
+};
+
+// query_of(r) and head_of(r): the query and head of tile row r. sQ: Q's shared tile, free now,
+// which stages O.
+template <KernelConfig C, bool kGeneral, class QueryOf, class HeadOf>
+__device__ __forceinline__ void store_tile(
+    ForwardParams const& p, TileRows const& rows, QueryOf const& query_of, HeadOf const& head_of,
+    float (&row_max)[Traits<C>::kMTiles][2], float (&row_sum)[Traits<C>::kMTiles][2],
+    float (&o_acc)[Traits<C>::kMTiles][Traits<C>::kDTiles][4], typename Traits<C>::T* sQ) {
+  using Tr = Traits<C>;
+  using T = typename Tr::T;
+  constexpr int kMT = Tr::kMTiles;
+  int const tid = threadIdx.x;
+  int const warp = tid / 32;
+  int const lane = tid % 32;
+  int const g = lane / 4;
+  int const t = lane % 4;
+  SequenceView const& seq = rows.seq;
+  int64_t const batch = rows.batch;
+  int const split = rows.split;
+  int const num_splits = rows.num_splits;
+  int const layout = rows.layout;
+  int const q_rows = rows.q_rows;
+
+  // Epilogue: finish the row sums across each quad and normalise. A row without any visible key
+  // has sum 0: its output is 0 and its LSE -inf. Sinks join the denominator here, unless the
+  // keys are split (the combine kernel adds them once).
+  bool const split_out = num_splits > 1;
+  float const* const sinks = split_out || !kGeneral ? nullptr : p.sinks;
+  static_for<kMT>([&](auto mt) {
+    static_for<2>([&](auto h) {
+      constexpr int kH = decltype(h)::value;
+      float sum = row_sum[mt][kH];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
+      // The running max in natural-log units, and the row's LSE.
+      float top = sum > 0.f ? row_max[mt][kH] * p.lse_scale : -INFINITY;
+      float out_scale = 1.f;
+      if (sinks != nullptr && row < q_rows) {
+        // l' = l e^(m - M) + e^(sink - M) with M = max(m, sink), in natural-log units.
+        float const sink = sinks[head_of(row)];
+        float const m = top;
+        top = fmaxf(m, sink);
+        out_scale = m == -INFINITY ? 0.f : __expf(m - top);
+        sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
+      }
+      float const inv = sum > 0.f ? out_scale / sum : 0.f;
+      float const lse = sum > 0.f ? top + logf(sum) : -INFINITY;
+      static_for<Tr::kDTiles>([&](auto dn) {
+        o_acc[mt][dn][2 * kH] *= inv;
+        o_acc[mt][dn][2 * kH + 1] *= inv;
+      });
+      if (row >= q_rows) return;
+      int const query = query_of(row);
+      int const head = head_of(row);
+      if (split_out) {
+        // Partial results in fp32, straight from registers: rows of the split are
+        // rows x heads_q x d floats, each lane holding two adjacent columns per n8 tile.
+        int64_t const out_row = (layout == kLayoutVarlen ? seq.q_first : batch * p.seqlen_q) + query;
+        int64_t const slot = int64_t(split) * p.partial_rows + out_row;
+        float* dst = p.o_partial + (slot * p.heads_q + head) * C.d_head + 2 * t;
+        static_for<Tr::kDTiles>([&](auto dn) {
+          *reinterpret_cast<float2*>(dst + decltype(dn)::value * 8) =
+              make_float2(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
+        });
+        if (t == 0) {
+          p.lse_partial[(int64_t(split) * p.heads_q + head) * p.partial_rows + out_row] = lse;
+        }
+        return;
+      }
+      if (p.lse != nullptr && t == 0) {
+        int64_t const at = layout == kLayoutVarlen
+                               ? int64_t(head) * p.total_q + seq.q_first + query
+                               : (batch * p.heads_q + head) * p.seqlen_q + query;
+        p.lse[at] = lse;
+      }
+    });
+  });
+  if (split_out) return;  // uniform: the partial outputs are written
+  static_for<kMT>([&](auto mt) {
+    static_for<2>([&](auto h) {
+      constexpr int kH = decltype(h)::value;
+      int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
+      static_for<Tr::kDTiles>([&](auto dn) {
+        int const col = decltype(dn)::value * 8;
+        *reinterpret_cast<uint32_t*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col) + 2 * t) =
+            ptx::pack2<T>(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
+      });
+    });
+  });
+  __syncthreads();  // O rows are written per warp and read back by every thread
+  T* const o_base = static_cast<T*>(p.o) + batch * p.o_batch_stride + seq.q_first * p.o_seq_stride;
+  constexpr int kPasses = C.B_r / Tr::kCopyRows;
+  int const row0 = tid / 8;
+  int const col0 = (tid % 8) * 8;
+  uint32_t const src = ptx::smem_addr(sQ) + 2 * tile_offset<C.B_r, C.swizzled>(row0, col0);
+  static_for<kPasses>([&](auto i) {
+    constexpr int kRow = decltype(i)::value * Tr::kCopyRows;
+    int const r = row0 + kRow;
+    if (r < q_rows) {
+      T* dst = o_base + int64_t(query_of(r)) * p.o_seq_stride + int64_t(head_of(r)) * p.o_head_stride + col0;
+      static_for<Tr::kSlabs>([&](auto sl) {
+        constexpr int kCol = decltype(sl)::value * 64;
+        *reinterpret_cast<uint4*>(dst + kCol) =
+            ptx::ld_shared_16(src + 2 * (kCol / 64 * C.B_r * 64 + kRow * 64));
+      });
+    }
+  });
+}
+
+}  // namespace fa::cuda::sm80

@@ -1,0 +1,343 @@
+// The FA2 forward kernel (mma.sync m16n8k16, ldmatrix, cp.async; sm_80 and newer), templated on a
+// KernelConfig whose every field selects a code path.
+//
+// One thread block computes B_r query rows of one (batch, head). Each of its n_warps warps owns
+// B_r / n_warps rows and walks all key/value blocks of B_c rows:
+//
+//   S = Q K^T (fp32)  ->  online softmax (fp32, exp2)  ->  P (16-bit)  ->  O += P V (fp32)
+//
+// Shared memory holds one Q, one K and one V tile (single-buffered, the seed's layout); O is staged in
+// Q's region for 16-byte global stores. Every tile is stored as d_head/64 column slabs of rows x 64
+// elements (128-byte rows); with `swizzled` the 16-byte chunk index of each row is XORed with row % 8,
+// which makes both the 16-byte cp.async writes and the 8-row ldmatrix reads bank-conflict free (a plain
+// 128-byte row stride puts all 8 rows of an ldmatrix phase in the same 4 banks: 8-way conflicts).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/forward_params.hpp"
+#include "cuda/ptx.cuh"
+#include "cuda/sequence_view.cuh"
+#include "cuda/sm80/epilogue.cuh"
+#include "cuda/sm80/gemm.cuh"
+#include "cuda/sm80/mask.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/traits.cuh"
+
+namespace fa::cuda::sm80 {
+// kGeneral selects the code of every feature; without it the kernel takes dense, varlen and
+// contiguous-cache layouts with causal and window masks only, and its key loop has no register to
+// spare: the features' state alone cost
+// 250-500 bytes of spills per thread at (128, 128, 64) when both shared one instantiation.
+template <KernelConfig C, bool kGeneral>
+__device__ __forceinline__ void forward_block(ForwardParams const& p) {
+  using Tr = Traits<C>;
+  using T = typename Tr::T;
+  constexpr int kMT = Tr::kMTiles;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // (B_r, d_head), later O
+  T* sK = sQ + C.B_r * C.d_head;           // (B_c, d_head)
+  T* sV = sK + C.B_c * C.d_head;           // (B_c, d_head)
+
+  int const tid = threadIdx.x;
+  int const warp = tid / 32;
+  int const lane = tid % 32;
+
+  // Blocks of one (batch, head) are adjacent, so blocks running together share K/V in L2; within it
+  // the last query block runs first, as under causal masking it has the most keys to visit.
+  int const q_block = p.n_q_blocks - 1 - static_cast<int>(blockIdx.x % p.n_q_blocks);
+  int64_t rest = blockIdx.x / p.n_q_blocks;
+  int const unit = static_cast<int>(rest % p.head_units);
+  rest /= p.head_units;
+  // Both instantiations take dense, varlen and contiguous-cache layouts (they differ only in
+  // where a sequence starts and how long it is); a paged cache needs the general one.
+  int const layout = p.layout;
+  int const num_splits = kGeneral ? p.num_splits : 1;
+  bool const pack = kGeneral && p.pack_gqa;
+  bool const transform = kGeneral && p.transform;
+  int const split = static_cast<int>(rest % num_splits);
+  int64_t const batch = rest / num_splits;
+  int const group = pack ? p.q_heads_per_kv : 1;
+  int const kv_head = pack ? unit : unit / p.q_heads_per_kv;
+
+  // The combine kernel of a split launch may start now: it waits for this grid on the device,
+  // and starting early hides its launch latency (one wave of blocks is the split's usual grid).
+  if (num_splits > 1) ptx::allow_dependent_grids();
+  SequenceView const seq = sequence_view(p, layout, batch);
+  int const q_row0 = q_block * C.B_r;  // in packed rows: (query, head in group) pairs
+  int const q_rows = min(C.B_r, seq.sq * group - q_row0);
+  if (q_rows <= 0) return;  // a varlen sequence shorter than the longest (uniform per block)
+  // Packed row r is query r / group of head kv_head * group + r % group.
+  auto query_of = [&](int r) { return (q_row0 + r) / group; };
+  auto head_of = [&](int r) { return pack ? kv_head * group + (q_row0 + r) % group : unit; };
+
+  T const* const q_base = static_cast<T const*>(p.q) + batch * p.q_batch_stride +
+                          seq.q_first * p.q_seq_stride;
+  auto q_row_ptr = [&](auto, int r) {
+    return q_base + int64_t(query_of(r)) * p.q_seq_stride + int64_t(head_of(r)) * p.q_head_stride;
+  };
+  // K and V rows: a fixed stride, or for a paged cache the row's page from the block table
+  // (the page index clamped into [0, num_pages)).
+  bool const paged = kGeneral && layout == kLayoutPagedKv;
+  T const* const k_base = static_cast<T const*>(p.k) + int64_t(kv_head) * p.k_head_stride +
+                          (paged ? 0 : batch * p.k_batch_stride + seq.k_first * p.k_seq_stride);
+  T const* const v_base = static_cast<T const*>(p.v) + int64_t(kv_head) * p.v_head_stride +
+                          (paged ? 0 : batch * p.v_batch_stride + seq.k_first * p.v_seq_stride);
+  int32_t const* const pages = p.block_table + batch * p.max_pages_per_seq;
+  // A paged block's rows: this thread's page and row in it for each copy pass. They are looked
+  // up once per block for both K and V, and one block ahead (right after V's copies of the block
+  // before are issued), so the block-table loads land while that block computes instead of
+  // delaying the copies that need them. Measured at 8 x 8k, page 16, against the contiguous
+  // cache's 3582 GB/s: lookups per row for K and V each 2580 GB/s; once per block 3069 GB/s.
+  constexpr int kKvPasses = C.B_c / Tr::kCopyRows;
+  int page_of[kGeneral ? kKvPasses : 1];
+  int row_in_page[kGeneral ? kKvPasses : 1];
+  auto look_up_pages = [&](int block) {
+    static_for<kKvPasses>([&](auto i) {
+      int const key = block * C.B_c + tid / 8 + decltype(i)::value * Tr::kCopyRows;
+      int const safe = min(key, max(seq.sk - 1, 0));  // rows past the end are never copied
+      page_of[i] = min(max(pages[safe / p.page_size], 0), p.num_pages - 1);
+      row_in_page[i] = safe % p.page_size;
+    });
+  };
+  auto kv_row_ptr = [&](T const* base, int64_t batch_stride, int64_t seq_stride, auto i, int key) {
+    if constexpr (kGeneral) {
+      if (paged) {
+        return base + int64_t(page_of[i]) * batch_stride + int64_t(row_in_page[i]) * seq_stride;
+      }
+    }
+    return base + int64_t(key) * seq_stride;
+  };
+
+  // Key blocks to visit: those holding a key visible to some row of the tile. The bounds move
+  // right with the query, so the first row's lower and the last row's upper bound delimit them;
+  // blocks outside are skipped, not computed. A split takes an equal share of them.
+  KeyBounds const first_bounds = key_bounds(p, seq, query_of(0));
+  KeyBounds const last_bounds = key_bounds(p, seq, query_of(q_rows - 1));
+  int block_begin = first_bounds.lo / C.B_c;
+  int block_end = last_bounds.hi < first_bounds.lo ? block_begin : last_bounds.hi / C.B_c + 1;
+  if (num_splits > 1) {
+    int const per_split = (block_end - block_begin + num_splits - 1) / num_splits;
+    block_begin = min(block_end, block_begin + split * per_split);
+    block_end = min(block_end, block_begin + per_split);
+  }
+  // A block needs masking when it runs past the sequence's keys, or when some key in it is
+  // invisible to some row: below the last row's lower bound or above the first row's upper one.
+  auto needs_mask = [&](int block) {
+    int const start = block * C.B_c;
+    int const end = start + C.B_c;
+    return end > seq.sk || (p.masked && (start < last_bounds.lo || end - 1 > first_bounds.hi));
+  };
+  auto kv_rows = [&](int block) { return seq.sk - block * C.B_c; };
+  auto load_k = [&](int block) {
+    int const key0 = block * C.B_c;
+    load_block<C, C.B_c>(sK, [&](auto i, int r) { return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r); },
+                         static_cast<T const*>(p.k), tid, kv_rows(block));
+    commit_loads<C>();
+  };
+  auto load_v = [&](int block) {
+    int const key0 = block * C.B_c;
+    load_block<C, C.B_c>(sV, [&](auto i, int r) { return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r); },
+                         static_cast<T const*>(p.v), tid, kv_rows(block));
+    commit_loads<C>();
+    if (paged && block + 1 < block_end) look_up_pages(block + 1);
+  };
+
+  // Per-lane ldmatrix coordinates (see the fragment layouts of mma.m16n8k16):
+  //   Q (A operand): lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at column 8.
+  //   K (B operand of Q K^T, K is n x k row-major = "col" B): lanes give key rows lane % 8 (+8 for
+  //     lanes 16-31) at column (lane & 8), so one x4 yields b0/b1 of two adjacent n8 key tiles.
+  //   V (B operand of P V, transposed): lanes give key rows lane % 16 at column (lane / 16) * 8.
+  int const q_ld_row = warp * Tr::kRowsPerWarp + lane % 16;
+  int const q_ld_col = (lane / 16) * 8;
+  int const k_ld_row = lane % 8 + 8 * (lane / 16);
+  int const k_ld_col = lane & 8;
+  int const v_ld_row = lane % 16;
+  int const v_ld_col = (lane / 16) * 8;
+  // Accumulator coordinates: lane (g, t) holds rows g and g + 8 of each m16 tile and columns
+  // 2t, 2t + 1 of each n8 tile.
+  int const g = lane / 4;
+  int const t = lane % 4;
+  // A warp whose rows all lie past the tile's last row (a decode tile of 4 packed rows uses one
+  // warp of four) skips its MMAs and softmax; it still copies tiles and meets every barrier.
+  bool const warp_active = !kGeneral || warp * Tr::kRowsPerWarp < q_rows;
+
+  int const n_visit = block_end - block_begin;
+  if (paged && n_visit > 0) look_up_pages(block_begin);
+  load_block<C, C.B_r>(sQ, q_row_ptr, static_cast<T const*>(p.q), tid, q_rows);
+  commit_loads<C>();
+  if constexpr (C.eager_load_blocks) {
+    if (n_visit > 0) load_k(block_begin);
+  }
+
+  uint32_t q_frag[Tr::kDSteps][kMT][4];
+  LdsmAddress<C.B_r, C.swizzled> const q_addr(ptx::smem_addr(sQ), q_ld_row, q_ld_col);
+  auto load_q = [&](auto kt) {
+    static_for<kMT>([&](auto mt) {
+      ptx::ldmatrix_x4(q_frag[kt][mt],
+                       q_addr.template at<decltype(mt)::value * 16, decltype(kt)::value * 16>());
+    });
+  };
+  LdsmAddress<C.B_c, C.swizzled> const k_addr(ptx::smem_addr(sK), k_ld_row, k_ld_col);
+  LdsmAddress<C.B_c, C.swizzled> const v_addr(ptx::smem_addr(sV), v_ld_row, v_ld_col);
+  if constexpr (Tr::kQResident) {
+    if (C.eager_load_blocks && n_visit > 0) {
+      wait_loads<C, 1>();  // Q landed; K[0] may still be in flight
+    } else {
+      wait_loads<C, 0>();
+    }
+    __syncthreads();
+    static_for<Tr::kDSteps>(load_q);
+  }
+
+  // Accumulator row (mt, h) of this lane within the tile; rows past the tile's end act as the
+  // last one (their results are never stored).
+  auto tile_row = [&](int mt, int h) {
+    return min(warp * Tr::kRowsPerWarp + mt * 16 + g + 8 * h, q_rows - 1);
+  };
+
+  float o_acc[kMT][Tr::kDTiles][4] = {};
+  float row_max[kMT][2];
+  float row_sum[kMT][2] = {};
+  static_for<kMT>([&](auto mt) {
+    row_max[mt][0] = -INFINITY;
+    row_max[mt][1] = -INFINITY;
+  });
+
+  auto process_block = [&](int block, auto is_first) {
+    constexpr bool kFirst = decltype(is_first)::value;
+    if constexpr (!C.eager_load_blocks) load_k(block);
+    // K[block] visible to all warps; every warp is past its P V on the previous V tile.
+    wait_loads<C, 0>();
+    __syncthreads();
+    if constexpr (C.eager_load_blocks) load_v(block);  // V[block] streams in under Q K^T
+
+    // S = Q K^T                                                             // (rows/warp, B_c)
+    float s[kMT][Tr::kKeyTiles][4] = {};
+    if (warp_active) {
+      uint32_t k_frag[Tr::kDSteps][Tr::kKeyTiles][2];
+      pipelined_gemm<Tr::kDSteps, Tr::kQKGroup, C.mma_double_buffer_loads>(
+          [&](auto kt) {
+            if constexpr (!Tr::kQResident) load_q(kt);
+            static_for<Tr::kKeyTiles / 2>([&](auto np) {
+              uint32_t r[4];
+              ptx::ldmatrix_x4(r, k_addr.template at<decltype(np)::value * 16, decltype(kt)::value * 16>());
+              k_frag[kt][2 * np][0] = r[0];
+              k_frag[kt][2 * np][1] = r[1];
+              k_frag[kt][2 * np + 1][0] = r[2];
+              k_frag[kt][2 * np + 1][1] = r[3];
+            });
+          },
+          [&](auto kt) {
+            static_for<Tr::kKeyTiles>([&](auto n) {
+              static_for<kMT>([&](auto mt) {
+                ptx::mma_m16n8k16<T>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]);
+              });
+            });
+          });
+    }
+
+    if constexpr (!C.eager_load_blocks) load_v(block);
+    if constexpr (C.eager_load_blocks && kGeneral) {
+      // K[block + 1] is issued as soon as every warp is done reading K[block], before waiting
+      // for V[block], so two tiles are in flight at once. Decode blocks compute little (one warp
+      // of four has rows) and so wait mostly on memory: with one tile in flight at a time, a
+      // split decode block moved one tile per memory round trip.
+      __syncthreads();
+      if (block + 1 < block_end) {
+        load_k(block + 1);
+        wait_loads<C, 1>();  // V[block] landed; K[block + 1] may still be in flight
+      } else {
+        wait_loads<C, 0>();
+      }
+      __syncthreads();
+    } else {
+      // V[block] visible; every warp is done reading K[block].
+      wait_loads<C, 0>();
+      __syncthreads();
+      if constexpr (C.eager_load_blocks) {  // K[block + 1] streams in under softmax and P V
+        if (block + 1 < block_end) load_k(block + 1);
+      }
+    }
+    if (!warp_active) return;
+
+    // Scores: rewritten as log2 e * (bias(softcap(scale * s))) when the problem asks for it;
+    // invisible keys (past the sequence, outside the row's causal/window bounds) score -inf.
+    bool const masked = needs_mask(block);
+    if (transform || masked) {
+      // Recomputed per block rather than kept in registers across the key loop, which would
+      // cost 8 of them per row pair (the loop is register-bound).
+      transform_and_mask<C>(
+          p, seq, block, t, transform, masked, s,
+          [&](int mt, int h) { return query_of(tile_row(mt, h)); },
+          [&](int mt, int h) {
+            return p.alibi_slopes[(p.alibi == 2 ? batch * p.heads_q : 0) + head_of(tile_row(mt, h))] *
+                   1.4426950408889634f;  // log2 units, like the scores
+          });
+    }
+
+    online_softmax<C, kFirst>(p, s, row_max, row_sum, o_acc);
+
+    // P as A fragments: accumulator tiles 2j and 2j+1 of an m16 row tile are exactly the A operand
+    // of k16 step j.
+    uint32_t p_frag[Tr::kKeySteps][kMT][4];
+    static_for<Tr::kKeySteps>([&](auto j) {
+      static_for<kMT>([&](auto mt) {
+        constexpr int kJ = decltype(j)::value;
+        p_frag[j][mt][0] = ptx::pack2<T>(s[mt][2 * kJ][0], s[mt][2 * kJ][1]);
+        p_frag[j][mt][1] = ptx::pack2<T>(s[mt][2 * kJ][2], s[mt][2 * kJ][3]);
+        p_frag[j][mt][2] = ptx::pack2<T>(s[mt][2 * kJ + 1][0], s[mt][2 * kJ + 1][1]);
+        p_frag[j][mt][3] = ptx::pack2<T>(s[mt][2 * kJ + 1][2], s[mt][2 * kJ + 1][3]);
+      });
+    });
+
+    // O += P V                                                          // (rows/warp, d_head)
+    uint32_t v_frag[Tr::kKeySteps][Tr::kDTiles][2];
+    pipelined_gemm<Tr::kKeySteps, Tr::kPVGroup, C.mma_double_buffer_loads>(
+        [&](auto kt) {
+          static_for<Tr::kDTiles / 2>([&](auto dp) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4_trans(
+                r, v_addr.template at<decltype(kt)::value * 16, decltype(dp)::value * 16>());
+            v_frag[kt][2 * dp][0] = r[0];
+            v_frag[kt][2 * dp][1] = r[1];
+            v_frag[kt][2 * dp + 1][0] = r[2];
+            v_frag[kt][2 * dp + 1][1] = r[3];
+          });
+        },
+        [&](auto kt) {
+          static_for<Tr::kDTiles>([&](auto dn) {
+            static_for<kMT>([&](auto mt) {
+              ptx::mma_m16n8k16<T>(o_acc[mt][dn], p_frag[kt][mt], v_frag[kt][dn]);
+            });
+          });
+        });
+  };
+
+  if constexpr (C.optimized_softmax) {
+    // The first block sets the running max and sum outright instead of rescaling zeros.
+    if (n_visit > 0) process_block(block_begin, std::true_type{});
+    for (int block = block_begin + 1; block < block_end; ++block) process_block(block, std::false_type{});
+  } else {
+    for (int block = block_begin; block < block_end; ++block) process_block(block, std::false_type{});
+  }
+  if (n_visit == 0) {
+    // A block that visits no key block (above the causal diagonal, outside the window, an empty
+    // split) has not waited for its Q copy yet; it must land before O overwrites Q's region.
+    wait_loads<C, 0>();
+    __syncthreads();
+  }
+
+  store_tile<C, kGeneral>(p, TileRows{seq, batch, split, num_splits, layout, q_rows}, query_of,
+                         head_of, row_max, row_sum, o_acc, sQ);
+}
+
+template <class Tag, bool kGeneral>
+__global__ void __launch_bounds__(Traits<Tag::kConfig>::kThreads)
+    forward_kernel(__grid_constant__ ForwardParams const p) {
+  forward_block<Tag::kConfig, kGeneral>(p);
+}
+
+}  // namespace fa::cuda::sm80

@@ -1,0 +1,54 @@
+// Registration and launch of mma.sync kernels (included by the generated fa_fwd_sm80_*.cu files).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/kernel_entry.hpp"
+#include "cuda/sm80/kernel.cuh"
+
+namespace fa::cuda::sm80 {
+template <KernelConfig C>
+cudaError_t prepare_kernel() {
+  if constexpr (Traits<C>::kSmemBytes > 48 * 1024) {
+    for (auto kernel : {forward_kernel<ConfigTag<C>, false>, forward_kernel<ConfigTag<C>, true>}) {
+      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               Traits<C>::kSmemBytes);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+template <KernelConfig C>
+cudaError_t kernel_attributes(cudaFuncAttributes* out) {
+  return cudaFuncGetAttributes(out, forward_kernel<ConfigTag<C>, true>);
+}
+
+// The general instantiation's: decode and split-KV, whose schedule uses it, run that one.
+template <KernelConfig C>
+cudaError_t kernel_occupancy(int* blocks_per_sm) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      blocks_per_sm, forward_kernel<ConfigTag<C>, true>, Traits<C>::kThreads, Traits<C>::kSmemBytes);
+}
+
+template <KernelConfig C>
+cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(Traits<C>::kThreads);
+  config.dynamicSmemBytes = Traits<C>::kSmemBytes;
+  config.stream = stream;
+  return general ? cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true>, params)
+                 : cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, false>, params);
+}
+
+// Instantiates the kernel for C and adds it to the registry (called from the generated files).
+template <KernelConfig C>
+void register_kernel(Registry& registry) {
+  registry.emplace(C, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>, &kernel_occupancy<C>,
+                                  &launch_kernel<C>});
+}
+
+}  // namespace fa::cuda::sm80

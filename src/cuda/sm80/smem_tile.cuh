@@ -1,0 +1,116 @@
+// Shared-memory tiles of the mma.sync family: the swizzled layout, ldmatrix addresses, and the
+// global-to-shared copies of Q, K and V (cp.async or synchronous, bounded at a sequence's end).
+#pragma once
+
+#include "cuda/ptx.cuh"
+#include "cuda/sm80/traits.cuh"
+
+namespace fa::cuda::sm80 {
+// Element offset of (row, col) in a tile of kRows rows; col is a multiple of 8 (one 16-byte chunk).
+template <int kRows, bool kSwizzled>
+__device__ __forceinline__ int tile_offset(int row, int col) {
+  int chunk = (col % 64) / 8;
+  if constexpr (kSwizzled) chunk ^= row % 8;
+  return (col / 64) * (kRows * 64) + row * 64 + chunk * 8;
+}
+
+// One lane's ldmatrix addresses in a tile of kRows rows, with the swizzle resolved up front.
+//
+// A lane addresses row r0 + R and column c0 + C, where (r0, c0) is its own offset (c0 is 0 or 8)
+// and (R, C) a compile-time step with R % 8 == 0 and C % 16 == 0. The swizzled 16-byte chunk is
+// ((C % 64) / 8 + c0 / 8) ^ (r0 % 8); C only moves chunk bits 1 and 2, so the four addresses for
+// (C % 64) / 16 = 0..3 are computed once, and every ldmatrix becomes base + a constant that folds
+// into its immediate offset. Computing the XOR per instruction instead cost about 4 integer
+// instructions per ldmatrix (the PTX of a (64, 64) kernel had 8 adds and shifts per mma).
+template <int kRows, bool kSwizzled>
+struct LdsmAddress {
+  uint32_t base[4];
+
+  __device__ __forceinline__ LdsmAddress(uint32_t tile, int r0, int c0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) base[j] = tile + 2 * tile_offset<kRows, kSwizzled>(r0, 16 * j + c0);
+  }
+  template <int kRowStep, int kColStep>
+  __device__ __forceinline__ uint32_t at() const {
+    static_assert(kRowStep % 8 == 0 && kColStep % 16 == 0, "steps keep the lane's swizzle");
+    return base[(kColStep % 64) / 16] + 2 * ((kColStep / 64) * kRows * 64 + kRowStep * 64);
+  }
+};
+
+// Copies a kRows x d_head tile from global memory into shared memory; row_ptr(i, r) is the start
+// of tile row r (r < kRows), the thread's row of pass i (a compile-time constant), in global memory: a fixed stride for dense tensors, a page lookup for a
+// paged cache, a per-row head for packed GQA queries.
+// Thread t moves the 16-byte chunk t % 8 of rows t / 8, t / 8 + kCopyRows, ... in each slab; the
+// row step keeps row % 8, so the thread's swizzled chunk is the same in every pass and the shared
+// address is one base plus a constant. With kBounded, rows at or past `rows` (the end of the
+// sequence) are filled with zeros instead, and their address is never formed: zero K rows give
+// finite scores that the mask then removes, and zero V rows meet P = 0, never 0 * NaN.
+template <KernelConfig C, int kRows, bool kBounded, class RowPtr>
+__device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr const& row_ptr,
+                                          typename Traits<C>::T const* any_valid, int tid,
+                                          int rows) {
+  using Tr = Traits<C>;
+  using T = typename Tr::T;
+  constexpr int kPasses = kRows / Tr::kCopyRows;
+  int const row0 = tid / 8;
+  int const col0 = (tid % 8) * 8;
+  uint32_t const dst = ptx::smem_addr(smem) + 2 * tile_offset<kRows, C.swizzled>(row0, col0);
+  auto dst_at = [&](auto s, auto i) {
+    return dst + 2 * (decltype(s)::value * kRows * 64 + decltype(i)::value * Tr::kCopyRows * 64);
+  };
+  auto in_bounds = [&](auto i) { return !kBounded || row0 + decltype(i)::value * Tr::kCopyRows < rows; };
+  // Pass by pass: each row's address (a page lookup for a paged cache) is formed once and
+  // serves every slab, and only one is live at a time; an array of them would hold 2 registers
+  // per pass through the copy, which the key loop (register-bound at 255) cannot spare.
+  auto src_of = [&](auto i) {
+    return in_bounds(i) ? row_ptr(i, row0 + decltype(i)::value * Tr::kCopyRows) + col0 : any_valid;
+  };
+  if constexpr (C.async_copy) {
+    static_for<kPasses>([&](auto i) {
+      T const* const src = src_of(i);
+      static_for<Tr::kSlabs>([&](auto s) {
+        if constexpr (kBounded) {
+          ptx::cp_async_16_zfill(dst_at(s, i), src + decltype(s)::value * 64, in_bounds(i));
+        } else {
+          ptx::cp_async_16(dst_at(s, i), src + decltype(s)::value * 64);
+        }
+      });
+    });
+  } else {
+    // Synchronous: all loads are issued before the first store so they overlap in flight.
+    uint4 staged[Tr::kSlabs][kPasses];
+    static_for<kPasses>([&](auto i) {
+      T const* const src = src_of(i);
+      static_for<Tr::kSlabs>([&](auto s) {
+        staged[s][i] = in_bounds(i) ? *reinterpret_cast<uint4 const*>(src + decltype(s)::value * 64)
+                                    : make_uint4(0, 0, 0, 0);
+      });
+    });
+    static_for<Tr::kSlabs>([&](auto s) {
+      static_for<kPasses>([&](auto i) { ptx::st_shared_16(dst_at(s, i), staged[s][i]); });
+    });
+  }
+}
+
+// load_tile for a block that may be the partial last one of its sequence.
+template <KernelConfig C, int kRows, class RowPtr>
+__device__ __forceinline__ void load_block(typename Traits<C>::T* smem, RowPtr const& row_ptr,
+                                           typename Traits<C>::T const* any_valid, int tid,
+                                           int rows) {
+  if (rows >= kRows) {
+    load_tile<C, kRows, false>(smem, row_ptr, any_valid, tid, rows);
+  } else {
+    load_tile<C, kRows, true>(smem, row_ptr, any_valid, tid, rows);
+  }
+}
+
+template <KernelConfig C>
+__device__ __forceinline__ void commit_loads() {
+  if constexpr (C.async_copy) ptx::cp_async_commit();
+}
+template <KernelConfig C, int kPending>
+__device__ __forceinline__ void wait_loads() {
+  if constexpr (C.async_copy) ptx::cp_async_wait<kPending>();
+}
+
+}  // namespace fa::cuda::sm80

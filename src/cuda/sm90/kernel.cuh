@@ -1,0 +1,85 @@
+// The Hopper (sm_90a) forward kernel: a producer warp streams Q, K and V tiles by TMA into
+// 128-byte-swizzled shared memory through a multi-stage mbarrier pipeline (mainloop_load.cuh);
+// consumer warpgroups, 64 query rows each, compute S = Q K^T with wgmma from shared memory, run
+// the online softmax in fp32 on the accumulator layout (softmax.cuh), and accumulate O += P V
+// with P kept in registers (mainloop_mma.cuh), then write O and the LSE (epilogue.cuh). Blocks
+// take tiles from the scheduler (tile_scheduler.cuh); launch.cuh registers and launches it.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/forward_params.hpp"
+#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/mainloop_load.cuh"
+#include "cuda/sm90/mainloop_mma.cuh"
+#include "cuda/sm90/ptx_sm90.cuh"
+#include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tile.cuh"
+#include "cuda/sm90/tile_scheduler.cuh"
+
+namespace fa::cuda::sm90 {
+
+// kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
+// transform) and attention sinks; the plain instantiation has neither.
+template <class T, bool kGeneral>
+__global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  ForwardParams const& p = params.p;
+  extern __shared__ uint8_t smem_raw[];
+  Smem<T> const sm(smem_raw);
+  TileScheduler<T> const sched(p);
+  int const tid = threadIdx.x;
+  if (tid == 0) sm.init_barriers();
+  __syncthreads();
+
+  if (tid < 128) {
+    // Producer warpgroup: one thread issues every copy; the others only give registers back.
+    regs_dealloc<T::kProducerRegs>();
+    if (tid == 0) load_tiles<T>(params, sm, sched);
+    return;
+  }
+
+  regs_alloc<T::kConsumerRegs>();
+  int const wg = tid / 128 - 1;  // consumer warpgroup
+  int const warp = (tid / 32) % 4, lane = tid % 32;
+  int const r0 = 16 * warp + lane / 4;  // this thread's rows in the warpgroup: r0 and r0 + 8
+  uint32_t const q_base = smem_addr(sm.q_tile) + wg * 64 * 128;
+  float const c = p.score_scale_log2;
+  bool const transform = kGeneral && p.transform;
+  Turns<T> const turns{wg};
+  turns.start();
+
+  int64_t pipe = 0, q_round = 0;
+  for (int64_t round = 0; round < sched.rounds; ++round) {
+    int64_t const tile = sched.tile(round);
+    if (tile >= sched.n_tiles) break;
+    Work const w = work_of<T>(params, tile);
+    int const sq = w.seq.sq, sk = w.seq.sk;
+    int64_t const row0 = int64_t(w.m_block) * T::kBr + wg * 64 + r0;
+    RowFrame frame{row0 + sk - sq, int64_t(w.m_block) * T::kBr + wg * 64 + sk - sq, sk, lane, 0.f};
+    if (transform && p.alibi != 0) {
+      frame.slope = p.alibi_slopes[(p.alibi == 2 ? int64_t(w.batch) * p.heads_q : 0) + w.head] *
+                    1.4426950408889634f;
+    }
+
+    float o[T::kD / 2];
+#pragma unroll
+    for (int i = 0; i < T::kD / 2; ++i) o[i] = 0.f;
+    OnlineSoftmax<T> softmax;
+    if (w.n_blocks > 0) {
+      mbar_wait(sm.q_full, q_round & 1);
+      ++q_round;
+    }
+    consume_tile<T>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
+                    [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
+                      int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
+                      softmax.step(p, frame, transform, c, key0, sc, rescale);
+                    });
+    pipe += w.n_blocks;
+    store_tile<T, kGeneral>(p, w, softmax, o, c, row0, lane);
+  }
+  turns.finish();
+#endif
+}
+
+}  // namespace fa::cuda::sm90

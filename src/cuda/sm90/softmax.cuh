@@ -1,0 +1,109 @@
+// The sm90 family's softmax and masking, on the wgmma accumulator layout: a consumer thread holds
+// two rows of its warpgroup's 64 (r0 and r0 + 8), values i with (i & 2) == 0 belonging to r0, and
+// the four threads of a quad together hold a whole row.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/forward_params.hpp"
+#include "cuda/ptx.cuh"
+
+namespace fa::cuda::sm90 {
+
+namespace detail {
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace detail
+
+// Where one thread's rows sit against the keys of its sequence, for masks and ALiBi.
+struct RowFrame {
+  int64_t diag0;    // key index on the diagonal of the thread's first row
+  int64_t wg_diag;  // key index on the diagonal of its warpgroup's first row
+  int sk;           // the sequence's keys
+  int lane;
+  float slope;      // ALiBi, in log2 units like the transformed scores (0 without)
+};
+
+// One tile's running row statistics and its block step.
+template <class T>
+struct OnlineSoftmax {
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+
+  // Masks the scores of the key block starting at key0 and turns them into unnormalised
+  // probabilities in place, updating the row statistics; returns in `rescale` the factor O must
+  // be multiplied by before this block's P V is added. With `transform` each score is first
+  // rewritten as log2 e * bias(softcap(scale * s)) and `c` (the exponent's scale) is 1.
+  __device__ __forceinline__ void step(ForwardParams const& p, RowFrame const& f, bool transform,
+                                       float c, int64_t key0, float (&sc)[T::kBc / 2],
+                                       float (&rescale)[2]) {
+    if (transform) {
+      // ALiBi's distance |i + sk - sq - j| from each row's diagonal offset within the block.
+      float const diag[2] = {float(f.diag0 - key0), float(f.diag0 + 8 - key0)};
+#pragma unroll
+      for (int i = 0; i < T::kBc / 2; ++i) {
+        float y = sc[i] * p.softmax_scale;
+        if (p.softcap > 0.f) y = p.softcap * tanhf(y * p.inv_softcap);
+        y *= 1.4426950408889634f;
+        if (p.alibi != 0) {
+          int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
+          y -= f.slope * fabsf(diag[(i >> 1) & 1] - float(col));
+        }
+        sc[i] = y;
+      }
+    }
+    // Mask: keys past the sequence, and outside each row's window (causal caps its right bound
+    // at the diagonal). Blocks clear of every bound of this warpgroup's 64 rows skip it.
+    if (key0 + T::kBc > f.sk || key0 + T::kBc - 1 > f.wg_diag + p.window_right ||
+        key0 < f.wg_diag + 63 - p.window_left) {
+      // Each row's visible columns of the block as a range [lo, hi], clamped to 32 bits once,
+      // so the per-score test is two integer compares (not 64-bit key arithmetic).
+      int lo[2], hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        int64_t const diag = f.diag0 + 8 * r - key0;
+        int64_t const last = min(diag + p.window_right, int64_t(f.sk) - 1 - key0);
+        hi[r] = int(max(min(last, int64_t(T::kBc)), int64_t(-1)));
+        lo[r] = int(max(min(diag - p.window_left, int64_t(T::kBc)), int64_t(0)));
+      }
+#pragma unroll
+      for (int i = 0; i < T::kBc / 2; ++i) {
+        int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
+        int const r = (i >> 1) & 1;
+        if (col < lo[r] || col > hi[r]) sc[i] = -INFINITY;
+      }
+    }
+    // The scale is folded into one FFMA per score before the MUFU.EX2: 2^(s c - m c).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int i = 0; i < T::kBc / 2; ++i) {
+        if (((i >> 1) & 1) == r) mx = fmaxf(mx, sc[i]);
+      }
+      mx = detail::quad_max(mx);
+      float const use_c = (mx == -INFINITY ? 0.f : mx) * c;
+      rescale[r] = ptx::exp2_approx(fmaf(row_max[r], c, -use_c));
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < T::kBc / 2; ++i) {
+        if (((i >> 1) & 1) == r) {
+          sc[i] = ptx::exp2_approx(fmaf(sc[i], c, -use_c));
+          sum += sc[i];
+        }
+      }
+      row_sum[r] = row_sum[r] * rescale[r] + sum;
+    }
+  }
+};
+
+}  // namespace fa::cuda::sm90

@@ -1,0 +1,116 @@
+// The sm90 family's compile-time tile (a KernelConfig's knobs as constants, shared-memory sizes,
+// register split), the launch's parameters, and the block's shared-memory layout.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/problem.hpp"
+#include "cuda/forward_params.hpp"
+#include "cuda/sm90/ptx_sm90.cuh"
+
+namespace fa::cuda::sm90 {
+
+// Everything a launch reads: the three tensor maps (built on the host per run; 128 bytes each,
+// 64-byte aligned, passed as a __grid_constant__ parameter so TMA reads them in place) and the
+// common forward parameters.
+struct Params {
+  CUtensorMap q_map;  // 4-D {head_dim, seqlen_q, heads_q, batch}, box {64, B_r, 1, 1}
+  CUtensorMap k_map;  // 4-D {head_dim, seqlen_k, heads_kv, batch}, box {64, B_c, 1, 1}
+  CUtensorMap v_map;
+  ForwardParams p;
+  // Tile order: the (batch, head) pairs are walked in groups of `head_group`, and within a group
+  // query blocks go from the last (the heaviest under a causal mask) to the first, every pair of
+  // the group at one block before the next block. A group's K and V stay in L2 while its tiles
+  // run (the launcher sizes it); 1 walks one head's query blocks at a time.
+  int64_t head_group;
+};
+
+template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool kOverlap_,
+          bool kPingpong_, bool kPersistent_>
+struct Tile {
+  static constexpr DType kType = kType_;
+  using Elem = std::conditional_t<kType == DType::kBF16, __nv_bfloat16, __half>;
+  static constexpr int kD = kD_;
+  static constexpr int kBc = kBc_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumers = kConsumers_;  // consumer warpgroups, 64 query rows each
+  // Softmax of one key block overlapped with the tensor cores' Q K^T of the next and P V of the
+  // previous one (FA3's intra-warpgroup pipelining); else each block's three steps in turn.
+  static constexpr bool kOverlap = kOverlap_;
+  // The two consumer warpgroups take turns issuing wgmma (named barriers 1 and 2), so the tensor
+  // cores run one's products while the other runs its softmax (FA3's ping-pong).
+  static constexpr bool kPingpong = kPingpong_;
+  // One block per SM walks a tile of each round (see forward_kernel): the producer loads the
+  // next tile's Q and first K/V blocks while the consumers finish and write the current one.
+  static constexpr bool kPersistent = kPersistent_;
+  static constexpr int kBr = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // Shared memory: tiles stored as kD / 64 column blocks of rows x 128 bytes (the SWIZZLE_128B
+  // atom is 8 rows x 128 bytes, so every block starts 1024-byte aligned).
+  static constexpr int kQBytes = kBr * kD * 2;
+  static constexpr int kKVBytes = kBc * kD * 2;
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kQBytes +
+                                    2 * kStages * kKVBytes + kBarrierBytes;
+  // Registers per thread after reallocation: the producer warpgroup gives its share to the
+  // consumers (128 * 24 + 256 * 240 = 64512 of 65536 with two consumers).
+  static constexpr int kProducerRegs = kConsumers == 1 ? 56 : kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 256 : kConsumers == 2 ? 240 : 160;
+
+  static_assert(kD % 64 == 0 && kD <= 256, "head_dim in 64-column swizzle blocks");
+  static_assert(kBc % 16 == 0 && kBc <= 256, "keys per block: a k16 step of P V at a time");
+  static_assert(kSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(!kPingpong || kConsumers == 2, "ping-pong alternates two warpgroups");
+};
+
+// The block's shared memory: the Q tile, kStages K and V stages, then the pipeline's mbarriers.
+// Key blocks pass through the stages in one sequence over all of a block's tiles: the pipe-th
+// block (counted by both sides) uses stage pipe % kStages in phase (pipe / kStages) & 1, and the
+// q-th tile with keys uses the Q buffer in phase q & 1.
+template <class T>
+struct Smem {
+  uint8_t* q_tile;
+  uint8_t* k_tiles;
+  uint8_t* v_tiles;
+  uint64_t* q_full;
+  uint64_t* q_empty;
+  uint64_t* k_full;  // kStages each
+  uint64_t* k_empty;
+  uint64_t* v_full;
+  uint64_t* v_empty;
+
+  __device__ __forceinline__ explicit Smem(uint8_t* raw) {
+    // SWIZZLE_128B tiles start 1024-byte aligned (Tile::kSmemBytes has the slack).
+    q_tile = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    k_tiles = q_tile + T::kQBytes;
+    v_tiles = k_tiles + T::kStages * T::kKVBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(v_tiles + T::kStages * T::kKVBytes);
+    q_full = bars;
+    q_empty = bars + 1;
+    k_full = bars + 2;
+    k_empty = k_full + T::kStages;
+    v_full = k_empty + T::kStages;
+    v_empty = v_full + T::kStages;
+  }
+
+  // By one thread, before the block's first barrier: a "full" barrier completes on the
+  // producer's arrival and its bytes, an "empty" one on an arrival per consumer warp.
+  __device__ __forceinline__ void init_barriers() const {
+    mbar_init(q_full, 1);
+    mbar_init(q_empty, 4 * T::kConsumers);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(&k_full[s], 1);
+      mbar_init(&v_full[s], 1);
+      mbar_init(&k_empty[s], 4 * T::kConsumers);
+      mbar_init(&v_empty[s], 4 * T::kConsumers);
+    }
+    mbar_fence_init();
+  }
+};
+
+}  // namespace fa::cuda::sm90

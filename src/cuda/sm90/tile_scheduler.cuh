@@ -1,0 +1,91 @@
+// The sm90 family's tile scheduler: which query tile a block takes in each round, and the key
+// blocks that tile sees. The launcher's half (the head group) runs on the host.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/forward_params.hpp"
+#include "cuda/sequence_view.cuh"
+#include "cuda/sm90/tile.cuh"
+
+namespace fa::cuda::sm90 {
+
+// One query tile's work: its coordinates, its sequence (lengths, and first rows in a varlen
+// batch, whose tensor maps span the packed rows with a batch extent of 1), and the key blocks it
+// sees, [n_begin, n_begin + n_blocks), from the first key its first row sees to the last key its
+// last row sees (walked last to first). A tile past its sequence's queries sees none.
+struct Work {
+  int m_block, head, batch, n_begin, n_blocks;
+  int map_batch;  // the tensor maps' batch coordinate
+  SequenceView seq;
+};
+
+template <class T>
+__device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
+  ForwardParams const& p = params.p;
+  int64_t const pairs = int64_t(p.heads_q) * p.batch;
+  int64_t const group_tiles = params.head_group * p.n_q_blocks;
+  int64_t const group = tile / group_tiles;
+  int64_t const first_pair = group * params.head_group;
+  int64_t const size = min(params.head_group, pairs - first_pair);
+  int64_t const within = tile - group * group_tiles;
+  int64_t const pair = first_pair + within % size;
+  Work w;
+  w.m_block = p.n_q_blocks - 1 - int(within / size);
+  w.head = int(pair % p.heads_q);
+  w.batch = int(pair / p.heads_q);
+  w.seq = sequence_view(p, p.layout, w.batch);
+  w.map_batch = p.layout == kLayoutVarlen ? 0 : w.batch;
+  int64_t const sq = w.seq.sq, sk = w.seq.sk;
+  int64_t const first_row = int64_t(w.m_block) * T::kBr;
+  int64_t const last_row = min(first_row + T::kBr, sq) - 1;
+  int64_t const key_end = min(sk, last_row + sk - sq + p.window_right + 1);
+  int64_t const key_begin = max(int64_t(0), first_row + sk - sq - p.window_left);
+  w.n_begin = int(key_begin / T::kBc);
+  w.n_blocks = first_row >= sq || key_end <= key_begin
+                   ? 0
+                   : int((key_end + T::kBc - 1) / T::kBc) - w.n_begin;
+  return w;
+}
+
+// The tiles in order (Params::head_group) are dealt out in rounds of gridDim.x: without
+// `persistent` a block takes one; with it, block b takes position b of every even round and
+// gridDim.x - 1 - b of every odd one. The snake evens out the blocks' sums of work when tiles
+// come heaviest first (causal): plain striding hands block 0 the heaviest tile of every round
+// (on an H200 at d = 256, causal, 16k: 0.52x the speed of one block per tile).
+template <class T>
+struct TileScheduler {
+  int64_t n_tiles;
+  int64_t grid;
+  int64_t rounds;
+
+  __device__ __forceinline__ explicit TileScheduler(ForwardParams const& p)
+      : n_tiles(int64_t(p.n_q_blocks) * p.heads_q * p.batch),
+        grid(gridDim.x),
+        rounds(T::kPersistent ? (n_tiles + grid - 1) / grid : 1) {}
+
+  // The tile of `round`; n_tiles or more when the block has none left.
+  __device__ __forceinline__ int64_t tile(int64_t round) const {
+    return round * grid + (round & 1 ? grid - 1 - blockIdx.x : blockIdx.x);
+  }
+};
+
+// (batch, head) pairs walked together (Params::head_group). A persistent kernel under a mask
+// takes them all, so the tiles go heaviest first over the whole grid and the snake of rounds
+// can even out the blocks' work (with one head per group, a round of 132 tiles at 16k keys
+// spans a head's every query block, and the block that drew the heaviest each round took 2x
+// the mean: 0.53x the speed of one block per tile at d = 256). Otherwise as many as keep their
+// K and V within 24 MiB, half of the H100's 50 MB L2 (the rest holds the streamed Q and O),
+// counting a K/V head once for the query heads that share it: at d = 128 and 16k keys a head's
+// K and V take 8 MiB, so 3 heads (12 with 4 query heads per K/V head).
+inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent) {
+  int64_t const pairs = int64_t(p.heads_q) * p.batch;
+  if (persistent && p.masked) return pairs;
+  constexpr int64_t kL2Budget = int64_t(24) << 20;
+  int64_t const kv_bytes = 2 * int64_t(p.seqlen_k) * d_head * 2;
+  int64_t const group = kL2Budget * p.q_heads_per_kv / std::max<int64_t>(kv_bytes, 1);
+  return std::clamp<int64_t>(group, 1, pairs);
+}
+
+}  // namespace fa::cuda::sm90

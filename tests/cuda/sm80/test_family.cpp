@@ -1,0 +1,68 @@
+// The mma.sync family's rules (src/cuda/sm80/family.cpp): GQA packing, decode kernels, splits.
+#include <doctest/doctest.h>
+
+#include "cuda/family_cases.hpp"
+#include "cuda/sm80/family.hpp"
+
+namespace fa::cuda {
+
+TEST_SUITE("family") {
+  TEST_CASE("mma.sync: GQA packing only where one head's rows leave the tile mostly empty") {
+    KernelFamily const& f = sm80::kFamily;
+    KernelConfig const k = test::mma_sync_kernel(64, 128, 4);
+    CHECK(f.pack_gqa(k, test::dense_problem(1, 1, 8192, 32, 8)));
+    CHECK(f.pack_gqa(k, test::dense_problem(1, 63, 8192, 32, 8)));
+    CHECK_FALSE(f.pack_gqa(k, test::dense_problem(1, 64, 8192, 32, 8)));
+    CHECK_FALSE(f.pack_gqa(k, test::dense_problem(1, 1, 8192, 32, 32)));  // no GQA
+    CHECK(f.cannot_run(k, test::dense_problem(1, 1, 8192, 32, 8)).empty());
+  }
+
+  TEST_CASE("mma.sync: decode kernels rank by their key block; others do not decode") {
+    KernelFamily const& f = sm80::kFamily;
+    Problem const decode = test::dense_problem(4, 2, 8192, 32, 8);  // 8 packed rows per tile
+    CHECK(f.decode_rank(test::mma_sync_kernel(64, 128, 4), decode) == 2);
+    CHECK(f.decode_rank(test::mma_sync_kernel(64, 64, 4), decode) == 1);
+    CHECK(f.decode_rank(test::mma_sync_kernel(128, 128, 8), decode) == 0);
+    CHECK(f.decode_rank(test::mma_sync_kernel(64, 128, 8), decode) == 0);
+    // 17 queries x 4 heads = 68 rows per K/V head: not decode-like.
+    CHECK(f.decode_rank(test::mma_sync_kernel(64, 128, 4), test::dense_problem(4, 17, 8192, 32, 8)) == 0);
+  }
+
+  TEST_CASE("mma.sync: splits fill the SMs for decode, are forced, or are left out") {
+    KernelFamily const& f = sm80::kFamily;
+    KernelEntry entry{test::mma_sync_kernel(64, 128, 4), nullptr, nullptr, nullptr, nullptr};
+    Device const device = test::device_with(&entry, 2);  // 264 resident blocks
+    Problem p = test::dense_problem(1, 1, 65536, 32, 8);  // 8 packed tiles, 512 key blocks
+
+    Schedule const automatic = f.schedule(device, entry, p, true);
+    CHECK(automatic.pack_gqa);
+    CHECK(automatic.num_splits > 1);
+    CHECK(automatic.num_splits <= 128);  // each split keeps >= 4 key blocks
+    CHECK(automatic.blocks == 8 * automatic.num_splits);
+    CHECK(automatic.blocks <= 2 * 264);
+    CHECK(automatic.general);
+    CHECK(automatic.workspace_bytes == split_workspace_bytes(p, automatic.num_splits));
+
+    Schedule const unsplit = f.schedule(device, entry, p, false);
+    CHECK(unsplit.num_splits == 1);
+    CHECK(unsplit.blocks == 8);
+    CHECK(unsplit.workspace_bytes == 0);
+
+    p.num_splits = 3;
+    Schedule const forced = f.schedule(device, entry, p, false);
+    CHECK(forced.num_splits == 3);
+    CHECK(forced.blocks == 24);
+
+    // A grid that already fills the device stays unsplit.
+    Problem const prefill = test::dense_problem(8, 4096, 4096, 32, 8);
+    Schedule const big = f.schedule(device, entry, prefill, true);
+    CHECK(big.num_splits == 1);
+    CHECK(big.blocks == 64 * 32 * 8);
+    CHECK_FALSE(big.general);
+    ForwardParams const params = f.params(entry.config, prefill, big);
+    CHECK(params.n_q_blocks == 64);
+    CHECK(params.head_units == 32);
+  }
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,63 @@
+// The sm90 family's rules (src/cuda/sm90/family.cpp): what its TMA kernels refuse, and the
+// persistent grid.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "cuda/family_cases.hpp"
+#include "cuda/sm90/family.hpp"
+
+namespace fa::cuda {
+
+TEST_SUITE("family") {
+  TEST_CASE("sm90: paged caches, forced splits and strides past TMA's reach are refused") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig const k = test::sm90_kernel(128, true);
+    Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
+    CHECK(f.cannot_run(k, p).empty());
+    p.causal = true;
+    p.softcap = 20.f;
+    p.sinks = true;
+    CHECK(f.cannot_run(k, p).empty());
+
+    Problem paged = p;
+    paged.layout = Layout::kPagedKv;
+    CHECK(f.cannot_run(k, paged).find("paged") != std::string::npos);
+    Problem split = p;
+    split.num_splits = 2;
+    CHECK(f.cannot_run(k, split).find("split") != std::string::npos);
+    Problem strided = p;
+    strided.k.batch = int64_t(1) << 39;
+    CHECK(f.cannot_run(k, strided).find("2^39") != std::string::npos);
+    strided.k.batch = (int64_t(1) << 39) - 8;
+    CHECK(f.cannot_run(k, strided).empty());
+  }
+
+  TEST_CASE("sm90: never packs or decodes; a persistent grid has a block per SM at most") {
+    KernelFamily const& f = sm90::kFamily;
+    Problem const p = test::dense_problem(4, 2048, 2048, 16, 4);  // 16 x 16 x 4 = 1024 tiles
+    KernelEntry persistent{test::sm90_kernel(128, true), nullptr, nullptr, nullptr, nullptr};
+    KernelEntry plain{test::sm90_kernel(128, false), nullptr, nullptr, nullptr, nullptr};
+    Device const device = test::device_with(&persistent, 1);
+    CHECK_FALSE(f.pack_gqa(persistent.config, test::dense_problem(1, 1, 8192, 32, 8)));
+    CHECK(f.decode_rank(persistent.config, test::dense_problem(1, 1, 8192, 32, 8)) == 0);
+
+    Schedule const s = f.schedule(device, persistent, p, true);
+    CHECK(s.blocks == 132);
+    CHECK(s.num_splits == 1);
+    CHECK(s.workspace_bytes == 0);
+    CHECK_FALSE(s.general);
+    CHECK(f.schedule(device, plain, p, true).blocks == 1024);
+    // Fewer tiles than SMs: one block per tile.
+    CHECK(f.schedule(device, persistent, test::dense_problem(1, 128, 4096, 8, 8), true).blocks == 8);
+
+    Problem biased = p;
+    biased.alibi = Alibi::kPerHead;
+    CHECK(f.schedule(device, persistent, biased, true).general);
+    ForwardParams const params = f.params(persistent.config, p, s);
+    CHECK(params.n_q_blocks == 16);
+    CHECK(params.pack_gqa == 0);
+  }
+}
+
+}  // namespace fa::cuda

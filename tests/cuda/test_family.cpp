@@ -1,0 +1,88 @@
+// The building blocks both kernel families' answers use (src/cuda/family.cpp).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "cuda/family.hpp"
+#include "cuda/family_cases.hpp"
+
+namespace fa::cuda {
+
+TEST_SUITE("family") {
+  TEST_CASE("forward_params folds causal into the window and the scale into exp2") {
+    Problem p = test::dense_problem(2, 100, 300, 8, 2);
+    Schedule s;
+    ForwardParams f = forward_params(p, 64, s);
+    CHECK(f.masked == 0);
+    CHECK(f.window_right == (int64_t(1) << 40));
+    CHECK(f.n_q_blocks == 2);  // ceil(100 / 64)
+    CHECK(f.head_units == 8);
+    CHECK(f.q_heads_per_kv == 4);
+    CHECK(f.transform == 0);
+    CHECK(f.score_scale_log2 == doctest::Approx(0.125 * 1.4426950408889634));
+    CHECK(f.partial_rows == 200);
+
+    p.causal = true;
+    p.window = true;
+    p.window_left = 5;
+    p.window_right = 7;
+    f = forward_params(p, 64, s);
+    CHECK(f.masked == 1);
+    CHECK(f.window_left == 5);
+    CHECK(f.window_right == 0);  // causal caps the right bound at the diagonal
+
+    p.softcap = 30.f;
+    f = forward_params(p, 64, s);
+    CHECK(f.transform == 1);
+    CHECK(f.score_scale_log2 == 1.f);
+    CHECK(f.inv_softcap == doctest::Approx(1.0 / 30.0));
+  }
+
+  TEST_CASE("forward_params packs the query heads of a K/V head into a tile") {
+    Problem const p = test::dense_problem(3, 1, 4096, 32, 8);
+    Schedule s;
+    s.pack_gqa = true;
+    s.num_splits = 5;
+    ForwardParams const f = forward_params(p, 64, s);
+    CHECK(f.pack_gqa == 1);
+    CHECK(f.head_units == 8);
+    CHECK(f.n_q_blocks == 1);  // 1 query x 4 heads in one 64-row tile
+    CHECK(f.num_splits == 5);
+    CHECK(unsplit_blocks(64, p, true) == 1 * 8 * 3);
+    CHECK(unsplit_blocks(64, p, false) == 1 * 32 * 3);
+  }
+
+  TEST_CASE("the general instantiation takes every feature the plain one lacks") {
+    Problem p = test::dense_problem(1, 128, 128, 4, 4);
+    CHECK_FALSE(needs_general(p, false, 1));
+    p.causal = true;
+    p.window = true;
+    p.window_left = 16;
+    CHECK_FALSE(needs_general(p, false, 1));  // masks are plain
+    CHECK(needs_general(p, true, 1));
+    CHECK(needs_general(p, false, 2));
+    Problem q = p;
+    q.sinks = true;
+    CHECK(needs_general(q, false, 1));
+    q = p;
+    q.softmax_scale = -0.1f;
+    CHECK(needs_general(q, false, 1));
+    q = p;
+    q.layout = Layout::kPagedKv;
+    CHECK(needs_general(q, false, 1));
+    q = p;
+    q.alibi = Alibi::kPerHead;
+    CHECK(needs_general(q, false, 1));
+  }
+
+  TEST_CASE("split workspace: partial outputs and LSEs, rounded to 256 bytes") {
+    Problem const p = test::dense_problem(3, 7, 1000, 5, 5, 64);
+    size_t const floats = size_t(4) * 21 * 5 * 65;
+    size_t const bytes = split_workspace_bytes(p, 4);
+    CHECK(bytes % 256 == 0);
+    CHECK(bytes >= floats * 4);
+    CHECK(bytes < floats * 4 + 256);
+  }
+}
+
+}  // namespace fa::cuda
