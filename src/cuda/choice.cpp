@@ -58,8 +58,8 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
     *out = best;
     return FA_STATUS_SUCCESS;
   }
-  // The table's pick, or where it cannot run here (an sm90 kernel on another arch, in a build
-  // without it, or on a problem that family does not run) the table's mma.sync fallback.
+  // The table's pick, or where it cannot run here (its family not built for this arch, or not
+  // running this problem) the table's fallback row.
   int const arch = device.cc_major * 10 + device.cc_minor;
   for (bool table_fallback : {false, true}) {
     std::optional<KernelConfig> const table = table_choice(arch, p, table_fallback);

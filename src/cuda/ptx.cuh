@@ -1,4 +1,5 @@
-// Thin wrappers over the PTX instructions the FA2 kernel is built from (sm_80+).
+// Thin wrappers over the sm_80+ PTX instructions the kernels are built from: the mma.sync
+// family's copies, ldmatrix and MMAs, and what the sm90 family and the merge kernels share.
 #pragma once
 
 #include <cuda_bf16.h>
