@@ -28,9 +28,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$
 cat "$out/gpu.txt"
 if want build; then
   steps="$steps configure "
+  # FA_WARN_SPILLS: ptxas reports register spills here (the default build keeps them quiet).
   step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
-    ${FA_DEVICE_CMAKE_ARGS:-}
+    -DFA_WARN_SPILLS=ON ${FA_DEVICE_CMAKE_ARGS:-}
   step build ninja -C "$build" -j16
+  if [[ -f $logs/build.log ]]; then
+    echo "   register spills reported by ptxas: $(grep -c 'bytes spill' "$logs/build.log")" \
+      "(the lines are in build.log)"
+    grep 'bytes spill' "$logs/build.log" | sort | uniq -c | head -n 20
+  fi
 fi
 step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
