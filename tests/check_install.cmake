@@ -33,6 +33,10 @@ run("${consumer}/consumer")
 message(STATUS "find_package: ${last_output}")
 
 # pkg-config, with only the moved tree on PKG_CONFIG_PATH
+if(NOT PKG_CONFIG)
+  message(STATUS "pkg-config not found: the pkg-config consumer was not built")
+  return()
+endif()
 set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
 set(ENV{PKG_CONFIG_LIBDIR} "${prefix}/lib/pkgconfig")
 run("${PKG_CONFIG}" --modversion flashattn)

@@ -10,8 +10,11 @@
 #   3. the packages that carry the library, each used away from any build tree or variable:
 #      the wheel (pip wheel) installed in a fresh virtual environment, and a Rust project outside
 #      the repository depending on bindings/rust/flashattn of a copy of the sources without
-#      build/, so that flashattn-sys builds its bundled sources; both run a CPU forward against a
-#      reference with no FLASHATTN_* variable set;
+#      build/, so that flashattn-sys builds its bundled sources (CPU-only, nvcc off PATH, and
+#      says so); both run a CPU forward against a reference with no FLASHATTN_* variable set;
+#      and flashattn-sys with a broken flashattn.pc on PKG_CONFIG_PATH (it must say so and go on);
+#   3b. the CPU-only build (FA_CUDA=OFF) with nvcc off PATH: host tests, the C++ wrapper's
+#      tests, install, and no CUDA dependency or symbol in the library;
 #   4. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   5. the concurrent-use test under ThreadSanitizer;
 #   6. the libFuzzer targets and the leak check (tools/run_fuzz.sh), where that script exists.
@@ -73,6 +76,14 @@ banner "packages: the wheel in a fresh virtual environment"
 rm -rf build/wheel
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$py" -m pip wheel --no-deps --wheel-dir build/wheel \
   "${reduced_defs[@]/#/--config-settings=cmake.define.}" bindings/python
+# The wheel declares the licence (SPDX) and carries its texts.
+"$py" - build/wheel/flashattn-*.whl <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+metadata = zipfile.ZipFile(sys.argv[1]).read(next(n for n in names if n.endswith("/METADATA")))
+assert b"\nLicense-Expression: MIT OR Apache-2.0\n" in metadata, "no SPDX licence in METADATA"
+assert {"flashattn/LICENSE-MIT", "flashattn/LICENSE-APACHE"} <= set(names), names
+PY
 "$py" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet build/wheel/flashattn-*.whl
 # Run from outside the repository, with nothing pointing at a library: the package's own.
@@ -183,7 +194,7 @@ banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DFA_SANITIZE=address,undefined "${reduced[@]}" "${extra[@]}"
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency'
+  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency|cxx'
 
 banner "concurrent use under ThreadSanitizer"
 cmake -S . -B build-tsan -DFA_SANITIZE=thread "${reduced[@]}" "${extra[@]}"
