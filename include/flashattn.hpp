@@ -10,6 +10,7 @@
  *     so the dtype and the shape fields of fa_config come from the tensors themselves.
  * It needs no CUDA header: streams are fa_stream_t (cast a cudaStream_t to it). Exceptions stop
  * here: none crosses into the C library, which never throws. Since 0.3.0.
+ * SPDX-License-Identifier: MIT OR Apache-2.0
  */
 #ifndef FLASHATTN_HPP
 #define FLASHATTN_HPP
