@@ -14,7 +14,7 @@
 #      says so); both run a CPU forward against a reference with no FLASHATTN_* variable set;
 #      and flashattn-sys with a broken flashattn.pc on PKG_CONFIG_PATH (it must say so and go on);
 #   3b. the CPU-only build (FA_CUDA=OFF) with nvcc off PATH: host tests, the C++ wrapper's
-#      tests, install, and no CUDA dependency or symbol in the library;
+#      tests, install, no CUDA dependency or symbol in the library, the Python tests against it;
 #   4. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   5. the concurrent-use test under ThreadSanitizer;
 #   6. the libFuzzer targets and the leak check (tools/run_fuzz.sh), where that script exists.
@@ -188,6 +188,8 @@ banner "CPU-only build (FA_CUDA=OFF), nvcc off PATH: host tests, C++ wrapper, in
   cmake --build build-cpu -j "$jobs"
   ctest --test-dir build-cpu --output-on-failure
   build-cpu/examples/flashattn_example
+  FLASHATTN_LIBRARY="$PWD/build-cpu/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \
+    "$py" -m pytest -q -p no:cacheprovider bindings/python/tests
 )
 
 banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
