@@ -57,7 +57,9 @@ fi
 
 banner "default build: all tests"
 cmake -S . -B build "${extra[@]}"
-cmake --build build -j "$jobs"
+cmake --build build -j "$jobs" 2>&1 | tee "$work/build.log"
+# A default build prints no ptxas spill report (FA_WARN_SPILLS is for tools/device_check.sh).
+if grep 'bytes spill' "$work/build.log"; then echo "ptxas spill warnings in the default build" >&2; exit 1; fi
 ctest --test-dir build --output-on-failure
 
 banner "Rust bindings: cargo test (flashattn-sys, flashattn), the CPU example, cargo doc"
