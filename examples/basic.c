@@ -2,8 +2,13 @@
  * else on the CPU backend, checked against a naive double-precision computation.
  *
  *   build/examples/flashattn_example [--cpu]
+ *
+ * A CPU-only build of the library (FA_CUDA=OFF) compiles this without its GPU path
+ * (FA_EXAMPLE_CUDA unset): fa_context_create(0) then fails, saying why, and the CPU runs it.
  */
+#if FA_EXAMPLE_CUDA
 #include <cuda_runtime_api.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,18 +39,22 @@ static int check(fa_status s, const char* what) {
   return 1;
 }
 
+#if FA_EXAMPLE_CUDA
 static int check_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return 0;
   fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(e));
   return 1;
 }
+#endif
 
 int main(int argc, char** argv) {
   const size_t nq = (size_t)BATCH * SEQ_Q * HEADS_Q * DIM, nk = (size_t)BATCH * SEQ_K * HEADS_KV * DIM;
   const size_t nlse = (size_t)BATCH * HEADS_Q * SEQ_Q;
   uint16_t *q = malloc(nq * 2), *k = malloc(nk * 2), *v = malloc(nk * 2), *o = malloc(nq * 2);
   float* lse = malloc(nlse * sizeof(float));
+#if FA_EXAMPLE_CUDA
   void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+#endif
   fa_context_t* ctx = NULL;
   fa_config cfg;
   fa_status s;
@@ -81,6 +90,7 @@ int main(int argc, char** argv) {
   cfg.head_dim = DIM;      /* strides left 0: packed [batch, seq, heads, dim] */
 
   if (on_gpu) {
+#if FA_EXAMPLE_CUDA
     failed = check_cuda(cudaMalloc(&dq, nq * 2), "cudaMalloc") ||
              check_cuda(cudaMalloc(&dk, nk * 2), "cudaMalloc") ||
              check_cuda(cudaMalloc(&dv, nk * 2), "cudaMalloc") ||
@@ -93,6 +103,7 @@ int main(int argc, char** argv) {
              check_cuda(cudaMemcpy(o, dout, nq * 2, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
              check_cuda(cudaMemcpy(lse, dlse, nlse * sizeof(float), cudaMemcpyDeviceToHost),
                         "cudaMemcpy");
+#endif
   } else {
     failed = check(fa_forward(ctx, &cfg, q, k, v, o, lse, NULL), "fa_forward");
   }
@@ -137,6 +148,7 @@ int main(int argc, char** argv) {
            "(bound 4e-3), LSE %.2e (bound 1e-3): %s\n",
            nq, nlse, max_err, max_lse_err, failed ? "FAILED" : "OK");
   }
+#if FA_EXAMPLE_CUDA
   if (on_gpu) {
     cudaFree(dq);
     cudaFree(dk);
@@ -144,6 +156,7 @@ int main(int argc, char** argv) {
     cudaFree(dout);
     cudaFree(dlse);
   }
+#endif
   fa_context_destroy(ctx);
   free(q);
   free(k);

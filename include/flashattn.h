@@ -2,6 +2,8 @@
  * libflashattn: FlashAttention forward for NVIDIA GPUs, as a plain C library.
  *
  * This header is the manual. It compiles as C99 and as C++, and needs no CUDA header.
+ * include/flashattn.hpp adds C++17 ownership and exceptions over it (since 0.3.0).
+ * SPDX-License-Identifier: MIT OR Apache-2.0
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -111,7 +113,8 @@ typedef enum fa_status {
   FA_STATUS_KERNEL_NOT_AVAILABLE = 5,
   /*! A kernel name could not be parsed. */
   FA_STATUS_PARSE_ERROR = 6,
-  /*! No CUDA device with that ordinal, or no usable CUDA driver. */
+  /*! No CUDA device with that ordinal, no usable CUDA driver, or a library built without CUDA
+   *  (FA_CUDA=OFF; since 0.3.0). */
   FA_STATUS_NO_DEVICE = 7,
   /*! The device's compute capability is older than sm_80, or none of the library's compiled
    *  architectures runs on it. */
@@ -357,7 +360,9 @@ typedef struct fa_stream_s* fa_stream_t;
  *  @param out  receives the new context; the caller owns it and frees it with fa_context_destroy().
  *              Untouched on failure.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT if out is NULL or device < -1;
- *          FA_STATUS_NO_DEVICE if there is no such CUDA device or no driver; FA_STATUS_ARCH_MISMATCH if
+ *          FA_STATUS_NO_DEVICE if there is no such CUDA device or no driver, or for every device >= 0
+ *          in a library built without CUDA (FA_CUDA=OFF, since 0.3.0; FA_DEVICE_CPU still works);
+ *          FA_STATUS_ARCH_MISMATCH if
  *          the device is older than sm_80 or none of the compiled kernels runs on it;
  *          FA_STATUS_CUDA_ERROR; FA_STATUS_OUT_OF_MEMORY.
  *  Thread-safe. Since 0.1.0. */

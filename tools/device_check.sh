@@ -8,7 +8,7 @@
 # before_after times the built-in choice of this build against another commit's library, back to
 # back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
 # or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
-# .deps/before-src`), it is built beside this one by the build step.
+# .deps/before-src`), it is built beside this one (build-before/) by the build step.
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 # FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
@@ -32,8 +32,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$
 cat "$out/gpu.txt"
 if want build; then
   steps="$steps configure "
+  # FA_WARN_SPILLS: ptxas reports register spills here (the default build keeps them quiet).
   step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
-    ${FA_DEVICE_CMAKE_ARGS:-}
+    -DFA_WARN_SPILLS=ON ${FA_DEVICE_CMAKE_ARGS:-}
   if [ -f .deps/before-src/CMakeLists.txt ] && [ ! -f .deps/before/libflashattn.so.0 ]; then
     steps="$steps configure_before "
     step configure_before cmake -S .deps/before-src -B build-before -G Ninja \
@@ -42,9 +43,13 @@ if want build; then
     before_pid=$!
   fi
   step build ninja -C "$build" -j16
-  if [ -n "${before_pid:-}" ]; then
-    if wait "$before_pid"; then mkdir -p .deps/before && cp -P build-before/libflashattn.so* .deps/before/
-    else echo "   build_before FAILED; tail:"; tail -n 20 "$logs/build_before.log"; status=1; fi
+  if [ -n "${before_pid:-}" ] && ! wait "$before_pid"; then
+    echo "   build_before FAILED; tail:"; tail -n 20 "$logs/build_before.log"; status=1
+  fi
+  if [[ -f $logs/build.log ]]; then
+    echo "   register spills reported by ptxas: $(grep -c 'bytes spill' "$logs/build.log")" \
+      "(the lines are in build.log)"
+    grep 'bytes spill' "$logs/build.log" | sort | uniq -c | head -n 20
   fi
 fi
 step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
@@ -79,9 +84,13 @@ step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_benc
   --out "$out/compare" --iters 20
 step compare_fp16 python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
   --out "$out/compare-fp16" --iters 20 --dtype fp16
-if [ -f .deps/before/libflashattn.so.0 ]; then
+# The other commit's library: carried in .deps/before, or built above into build-before (which a
+# warm machine keeps between calls, while a carried .deps is replaced by each call's copy).
+base=.deps/before
+[ -f "$base/libflashattn.so.0" ] || base=build-before
+if [ -f "$base/libflashattn.so.0" ]; then
   step before_after python3 tools/compare_builds.py --bench "$build/bench/flashattn_bench" \
-    --base .deps/before --out "$out/before-after"
+    --base "$base" --out "$out/before-after"
 fi
 # Every registered kernel of both families on the grid: the data the choice table comes from.
 step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --iters 10 > '$out/sweep-bf16.csv'"

@@ -10,8 +10,11 @@
 #   3. the packages that carry the library, each used away from any build tree or variable:
 #      the wheel (pip wheel) installed in a fresh virtual environment, and a Rust project outside
 #      the repository depending on bindings/rust/flashattn of a copy of the sources without
-#      build/, so that flashattn-sys builds its bundled sources; both run a CPU forward against a
-#      reference with no FLASHATTN_* variable set;
+#      build/, so that flashattn-sys builds its bundled sources (CPU-only, nvcc off PATH, and
+#      says so); both run a CPU forward against a reference with no FLASHATTN_* variable set;
+#      and flashattn-sys with a broken flashattn.pc on PKG_CONFIG_PATH (it must say so and go on);
+#   3b. the CPU-only build (FA_CUDA=OFF) with nvcc off PATH: host tests, the C++ wrapper's
+#      tests, install, no CUDA dependency or symbol in the library, the Python tests against it;
 #   4. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   5. the concurrent-use test under ThreadSanitizer;
 #   6. the libFuzzer targets and the leak check (tools/run_fuzz.sh), where that script exists.
@@ -39,27 +42,24 @@ banner "set-up: tools/setup.sh test"
 source tools/setup.sh test
 py="$FA_PYTHON"
 
+# PATH without the CUDA Toolkit, for the CPU-only checks.
+nocuda_path="$(tr ':' '\n' <<<"$PATH" | grep -v -i cuda | paste -sd: -)"
 work="$(mktemp -d)"  # this run's scratch: cargo's home, the package tests' environments
 trap 'rm -rf "$work"' EXIT
 
-# Cargo builds from Debian's packaged crates instead of crates.io (which CI cannot reach): a
-# source replacement in a CARGO_HOME of this run only; the crates name ordinary crates.io versions.
+# Cargo builds from Debian's packaged crates instead of crates.io (which CI cannot reach): the
+# README's tools/cargo-debian.toml, as the config of a CARGO_HOME of this run only.
 if [[ -d /usr/share/cargo/registry ]]; then
   export CARGO_HOME="$work/cargo-home"
   mkdir -p "$CARGO_HOME"
-  cat >"$CARGO_HOME/config.toml" <<'TOML'
-[source.crates-io]
-replace-with = "debian"
-[source.debian]
-directory = "/usr/share/cargo/registry"
-[net]
-offline = true
-TOML
+  cp tools/cargo-debian.toml "$CARGO_HOME/config.toml"
 fi
 
 banner "default build: all tests"
 cmake -S . -B build "${extra[@]}"
-cmake --build build -j "$jobs"
+cmake --build build -j "$jobs" 2>&1 | tee "$work/build.log"
+# A default build prints no ptxas spill report (FA_WARN_SPILLS is for tools/device_check.sh).
+if grep 'bytes spill' "$work/build.log"; then echo "ptxas spill warnings in the default build" >&2; exit 1; fi
 ctest --test-dir build --output-on-failure
 
 banner "Rust bindings: cargo test (flashattn-sys, flashattn), the CPU example, cargo doc"
@@ -78,6 +78,14 @@ banner "packages: the wheel in a fresh virtual environment"
 rm -rf build/wheel
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$py" -m pip wheel --no-deps --wheel-dir build/wheel \
   "${reduced_defs[@]/#/--config-settings=cmake.define.}" bindings/python
+# The wheel declares the licence (SPDX) and carries its texts.
+"$py" - build/wheel/flashattn-*.whl <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+metadata = zipfile.ZipFile(sys.argv[1]).read(next(n for n in names if n.endswith("/METADATA")))
+assert b"\nLicense-Expression: MIT OR Apache-2.0\n" in metadata, "no SPDX licence in METADATA"
+assert {"flashattn/LICENSE-MIT", "flashattn/LICENSE-APACHE"} <= set(names), names
+PY
 "$py" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet build/wheel/flashattn-*.whl
 # Run from outside the repository, with nothing pointing at a library: the package's own.
@@ -152,18 +160,45 @@ fn main() -> Result<(), flashattn::Error> {
     Ok(())
 }
 RS
+# As on a laptop without the CUDA Toolkit: nvcc off PATH and the CPU-only build forced (CMake
+# would find /usr/local/cuda by itself); the bundled build says so in a cargo warning.
 (cd "$work/app" &&
   env -u FLASHATTN_LIB_DIR -u FLASHATTN_INCLUDE_DIR -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH \
-    -u CARGO_TARGET_DIR NUM_JOBS="$jobs" FLASHATTN_CMAKE_ARGS="${reduced_defs[*]/#/-D}" \
-    cargo run --quiet)
+    -u CARGO_TARGET_DIR PATH="$nocuda_path" NUM_JOBS="$jobs" FLASHATTN_CMAKE_ARGS=-DFA_CUDA=OFF \
+    cargo run 2>"$work/app.log") || { cat "$work/app.log" >&2; exit 1; }
 ls "$work"/app/target/debug/build/flashattn-sys-*/out/lib/libflashattn.so.0 >/dev/null ||
   { echo "the app did not use flashattn-sys's bundled build" >&2; exit 1; }
+grep "warning: .*flashattn-sys: built libflashattn without CUDA" "$work/app.log" ||
+  { cat "$work/app.log" >&2; echo "no notice of the CPU-only bundled build" >&2; exit 1; }
+
+banner "packages: flashattn-sys with a broken flashattn.pc on PKG_CONFIG_PATH"
+# A .pc naming a prefix with nothing in it: flashattn-sys must say so and go on to the next way
+# (the repository's build tree), not hand bindgen a header that does not exist.
+mkdir -p "$work/broken-pc"
+sed -e 's|^prefix=.*|prefix=/nonexistent/flashattn|' build/flashattn.pc >"$work/broken-pc/flashattn.pc"
+env -u FLASHATTN_LIB_DIR -u FLASHATTN_INCLUDE_DIR PKG_CONFIG_PATH="$work/broken-pc" \
+  cargo build --manifest-path bindings/rust/Cargo.toml -p flashattn-sys 2>"$work/sys.log" ||
+  { cat "$work/sys.log" >&2; exit 1; }
+grep "warning: .*flashattn-sys: pkg-config flashattn: the .pc file .* names no libflashattn.so" \
+  "$work/sys.log" || { cat "$work/sys.log" >&2; echo "no notice of the broken .pc" >&2; exit 1; }
+
+banner "CPU-only build (FA_CUDA=OFF), nvcc off PATH: host tests, C++ wrapper, install, no CUDA symbol"
+(
+  export PATH="$nocuda_path"
+  if command -v nvcc; then echo "nvcc is still on PATH" >&2; exit 1; fi
+  cmake -S . -B build-cpu -DFA_CUDA=OFF "${extra[@]}"
+  cmake --build build-cpu -j "$jobs"
+  ctest --test-dir build-cpu --output-on-failure
+  build-cpu/examples/flashattn_example
+  FLASHATTN_LIBRARY="$PWD/build-cpu/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \
+    "$py" -m pytest -q -p no:cacheprovider bindings/python/tests
+)
 
 banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DFA_SANITIZE=address,undefined "${reduced[@]}" "${extra[@]}"
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency'
+  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency|cxx'
 
 banner "concurrent use under ThreadSanitizer"
 cmake -S . -B build-tsan -DFA_SANITIZE=thread "${reduced[@]}" "${extra[@]}"

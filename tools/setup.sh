@@ -5,7 +5,8 @@
 #   bash tools/setup.sh test    plus what tools/run_tests.sh runs: the Rust and Python bindings,
 #                               their packages, and the fuzz targets
 # Debian packages come from apt (as root, or through sudo); PyPI packages from pip. The CUDA
-# Toolkit (nvcc, 12 or newer) is checked, not installed: Debian 12 packages only 11.8.
+# Toolkit (nvcc, 12 or newer) is checked, not installed: Debian 12 packages only 11.8; without it
+# the build is CPU-only.
 # Sourced by tools/run_tests.sh, it leaves FA_PYTHON naming the Python to test with: python3, or a
 # virtual environment in build-venv/ where python3 refuses pip installs (PEP 668, e.g. Debian's).
 set -euo pipefail
@@ -29,6 +30,7 @@ fa_need cmake "configures the build (3.25+; Debian 12 has 3.25.1)" command -v cm
 fa_need g++ "compiles the host code (C++20)" command -v g++
 fa_need python3 "generates the kernel instantiations at configure time" command -v python3
 fa_need doctest-dev "the C++ tests' framework" test -f /usr/include/doctest/doctest.h
+fa_need pkg-config "the install test builds a consumer from flashattn.pc" command -v pkg-config
 if [[ $fa_setup_level == test ]]; then
   fa_need cargo "builds the Rust bindings" command -v cargo
   # The crates the Rust bindings build with, offline from Debian's registry
@@ -63,9 +65,19 @@ if ((${#fa_apt[@]})); then
     "${fa_apt[@]}"
 fi
 
-if ! command -v nvcc >/dev/null; then
-  echo "setup: nvcc not found: install the CUDA Toolkit 12+ and put its bin/ on PATH" >&2
-  exit 1
+# The GPU kernels need nvcc from CUDA 12 or newer (C++20 device code); without one the build is
+# CPU-only (FA_CUDA=OFF, detected by CMake), which is said here rather than failed.
+if fa_nvcc="$(command -v nvcc || command -v /usr/local/cuda/bin/nvcc)"; then
+  fa_cuda_version="$("$fa_nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')"
+  if [[ -z $fa_cuda_version || ${fa_cuda_version%%.*} -lt 12 ]]; then
+    echo "setup: $fa_nvcc is CUDA ${fa_cuda_version:-of unknown version}; the GPU kernels need" \
+         "12 or newer (install it, or build the CPU backend alone with -DFA_CUDA=OFF)" >&2
+    exit 1
+  fi
+  echo "setup: CUDA $fa_cuda_version ($fa_nvcc): the GPU kernels will be built"
+else
+  echo "setup: no nvcc (CUDA Toolkit 12+) found: the build will be CPU-only (FA_CUDA=OFF); install" \
+       "the toolkit and put its bin/ on PATH for the GPU kernels"
 fi
 
 FA_PYTHON=python3

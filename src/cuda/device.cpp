@@ -120,7 +120,19 @@ fa_status open_device(int ordinal, Device* out) {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
     cudaGetLastError();
-    return fail(FA_STATUS_NO_DEVICE, "no usable CUDA device: cudaGetDeviceCount: %s (%s)",
+    // With no driver at all the static runtime reports cudaErrorInsufficientDriver ("CUDA driver
+    // version is insufficient"), which reads as "update the driver"; cudaDriverGetVersion() tells
+    // the two apart: it succeeds with version 0 when libcuda.so.1 cannot be loaded.
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0) {
+      return fail(FA_STATUS_NO_DEVICE,
+                  "device = %d: no NVIDIA driver was found (libcuda.so.1 could not be loaded), so "
+                  "no GPU can be used; FA_DEVICE_CPU (-1) runs on the CPU",
+                  ordinal);
+    }
+    return fail(FA_STATUS_NO_DEVICE,
+                "no usable CUDA device: cudaGetDeviceCount: %s (%s); FA_DEVICE_CPU (-1) runs on "
+                "the CPU",
                 cudaGetErrorName(e), cudaGetErrorString(e));
   }
   if (ordinal >= count) {

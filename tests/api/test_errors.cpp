@@ -360,7 +360,8 @@ TEST_CASE("registry queries: NULL arguments and small buffers") {
   fa_kernel_config small = kc;
   small.struct_size = 4;
   CHECK(fa_kernel_config_validate(&small) == FA_STATUS_BAD_STRUCT_SIZE);
-  CHECK(fa_kernel_get(0, &small) == FA_STATUS_BAD_STRUCT_SIZE);
+  // A CPU-only build registers no kernel, so index 0 is out of range before the size is read.
+  if (fa_kernel_count() > 0) CHECK(fa_kernel_get(0, &small) == FA_STATUS_BAD_STRUCT_SIZE);
 
   // A caller built against 0.2 passes the struct without family and stages: it reads as the
   // mma.sync family, writes of mma.sync kernels fill it, and an sm90 kernel does not fit it.

@@ -168,10 +168,11 @@ _lib = None
 
 def _candidates():
     here = Path(__file__).resolve().parent
-    paths = []
+    # An explicit choice is the only candidate: falling back to the packaged library would run
+    # code other than the one asked for, silently.
     if os.environ.get("FLASHATTN_LIBRARY"):
-        paths.append(("$FLASHATTN_LIBRARY", Path(os.environ["FLASHATTN_LIBRARY"])))
-    paths += [("next to the package", here / "libflashattn.so.0"),
+        return [("$FLASHATTN_LIBRARY", Path(os.environ["FLASHATTN_LIBRARY"]))]
+    paths = [("next to the package", here / "libflashattn.so.0"),
               ("next to the package", here / "libflashattn.so")]
     # This repository's build tree, when the package is used from a checkout (bindings/python).
     if len(here.parents) >= 3:
@@ -202,9 +203,18 @@ def lib():
                 _lib = handle
                 break
             else:
+                if os.environ.get("FLASHATTN_LIBRARY"):
+                    raise ImportError(f"FLASHATTN_LIBRARY={os.environ['FLASHATTN_LIBRARY']} does "
+                                      f"not load: {tried[0]}; unset it to use the packaged library")
                 raise OSError("libflashattn.so not found; tried:\n  " + "\n  ".join(tried) +
                               "\nSet FLASHATTN_LIBRARY to the library's path.")
         return _lib
+
+
+# A library named by FLASHATTN_LIBRARY is loaded at import, so a wrong path fails `import
+# flashattn` with an ImportError naming it rather than at the first call.
+if os.environ.get("FLASHATTN_LIBRARY"):
+    lib()
 
 
 def raw(name):

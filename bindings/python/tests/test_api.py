@@ -138,7 +138,10 @@ def test_cpu_and_gpu_specific_errors(backend):
 
 def test_kernel_listing_and_pinning(backend):
     names = flashattn.kernels()
-    assert names, "the build registers kernels"
+    if not names:  # only a library built without CUDA (FA_CUDA=OFF) has none, and it says so
+        with pytest.raises(flashattn.NoDeviceError, match="built without CUDA"):
+            flashattn.Context(0)
+        return
     for name in names:
         assert name.startswith("(FP16, ") or name.startswith("(BF16, ")
     with pytest.raises(flashattn.ParseError, match="turbo"):

@@ -38,9 +38,31 @@ fn from_env(tried: &mut Vec<String>) -> Option<Found> {
 fn from_pkg_config(tried: &mut Vec<String>) -> Option<Found> {
     match pkg_config::Config::new().atleast_version("0.2").cargo_metadata(false).probe("flashattn") {
         Ok(lib) => {
-            let lib_dir = lib.link_paths.first().cloned()?;
-            let include_dir = lib.include_paths.first().cloned()?;
-            Some(Found { lib_dir, include_dir })
+            // A .pc file can name directories that do not hold the library (one written for
+            // another prefix, or copied away from its install): check before bindgen reads them,
+            // and fall back to the next way, saying why.
+            let lib_dir = lib.link_paths.iter().find(|d| has_library(d)).cloned();
+            let include_dir = lib.include_paths.iter().find(|d| d.join("flashattn.h").exists()).cloned();
+            match (lib_dir, include_dir) {
+                (Some(lib_dir), Some(include_dir)) => Some(Found { lib_dir, include_dir }),
+                (lib_dir, include_dir) => {
+                    let mut missing = Vec::new();
+                    if lib_dir.is_none() {
+                        missing.push(format!("libflashattn.so in its -L {:?}", lib.link_paths));
+                    }
+                    if include_dir.is_none() {
+                        missing.push(format!("flashattn.h in its -I {:?}", lib.include_paths));
+                    }
+                    let why = format!(
+                        "pkg-config flashattn: the .pc file (PKG_CONFIG_PATH={}) names no {}",
+                        env::var("PKG_CONFIG_PATH").unwrap_or_default(),
+                        missing.join(" and no ")
+                    );
+                    println!("cargo:warning=flashattn-sys: {why}; trying the next way");
+                    tried.push(why);
+                    None
+                }
+            }
         }
         Err(e) => {
             tried.push(format!("pkg-config flashattn: {}", e.to_string().lines().next().unwrap_or("")));
@@ -64,8 +86,10 @@ fn from_build_tree(tried: &mut Vec<String>) -> Option<Found> {
 }
 
 /// Builds the library alone (no tests, examples or benchmark) with CMake into OUT_DIR: the
-/// default kernel set, about 7 minutes on 2 cores. FLASHATTN_CMAKE_ARGS adds `-DNAME=VALUE`
-/// definitions, e.g. a reduced kernel set (`-DFA_KERNEL_SET=progression -DFA_DTYPES=bf16`).
+/// default kernel set (the README's "full build" times), or with no CUDA compiler found the CPU
+/// backend alone (FA_CUDA=OFF), said in a cargo warning. FLASHATTN_CMAKE_ARGS adds
+/// `-DNAME=VALUE` definitions, e.g. the quick kernel set (`-DFA_KERNEL_SET=progression
+/// -DFA_DTYPES=bf16 -DFA_HEAD_DIMS=128 -DFA_CUDA_ARCHS=80`) or `-DFA_CUDA=OFF`.
 #[cfg(feature = "bundled")]
 fn bundled(tried: &mut Vec<String>) -> Option<Found> {
     let root = source_root();
@@ -94,6 +118,14 @@ fn bundled(tried: &mut Vec<String>) -> Option<Found> {
         cmake.define(name, value);
     }
     let prefix = cmake.build();
+    let cache = std::fs::read_to_string(prefix.join("build/CMakeCache.txt")).unwrap_or_default();
+    if cache.lines().any(|line| line == "FA_CUDA:BOOL=OFF") {
+        println!(
+            "cargo:warning=flashattn-sys: built libflashattn without CUDA (no CUDA compiler found, \
+             or FA_CUDA=OFF): the CPU backend only; Device::Cuda contexts fail with Status::NoDevice. \
+             Install the CUDA Toolkit 12+ (nvcc) and rebuild for the GPU kernels."
+        );
+    }
     Some(Found { lib_dir: prefix.join("lib"), include_dir: prefix.join("include") })
 }
 
