@@ -49,6 +49,11 @@ extern "C" {
  * Errors: every function that can fail returns a fa_status. On failure, the calling thread's detail
  * message (fa_last_error_detail()) names the offending value, and no output has been written.
  * The library never exits, aborts, prints, or lets a C++ exception escape.
+ * FA_STATUS_OUT_OF_MEMORY (a failed host allocation) may come from the functions that allocate
+ * host memory: those whose lists name it, and the registry queries, the kernel-name functions,
+ * fa_context_set_kernel() and the tuning functions. The *_init functions, fa_config_validate(),
+ * fa_config_extents(), fa_context_device(), fa_merge_states() and the plan queries allocate
+ * nothing and never return it (since 0.3.0).
  *
  * Versioning: the soname is libflashattn.so.<MAJOR>. Within one MAJOR version, functions, fa_status
  * values and the leading fields of public structs are never changed or removed; structs only grow at

@@ -181,3 +181,30 @@ TEST_CASE("hostile: fa_merge_states allocates nothing on a CPU context") {
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("api") {
+
+// The header's list of functions that never return FA_STATUS_OUT_OF_MEMORY: they allocate
+// nothing, checked by counting.
+TEST_CASE("hostile: the functions documented as allocation-free allocate nothing") {
+  Cpu cpu;
+  fa_config c = paged_config(2, 3);
+  fa_merge_config m = fp32_merge(1, 1, 1, 4);
+  fa_run_args args;
+  fa_kernel_config kc;
+  int device = 0;
+  int64_t q = 0;
+  long const before = t_allocations;
+  CHECK(fa_config_init(&c) == FA_STATUS_SUCCESS);
+  CHECK(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
+  CHECK(fa_run_args_init(&args) == FA_STATUS_SUCCESS);
+  CHECK(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
+  CHECK(fa_config_validate(&c) == FA_STATUS_SUCCESS);
+  CHECK(fa_config_extents(&c, &q, nullptr, nullptr, nullptr, nullptr) == FA_STATUS_SUCCESS);
+  c.batch = -1;
+  CHECK(fa_config_validate(&c) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(fa_context_device(cpu.ctx, &device) == FA_STATUS_SUCCESS);
+  CHECK(t_allocations == before);
+}
+
+}  // TEST_SUITE
