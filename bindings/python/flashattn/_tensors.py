@@ -214,6 +214,16 @@ def _cai_stream(cai):
     return 0 if stream is None or stream == _LEGACY_STREAM else int(stream)
 
 
+def _address(cai, name):
+    """The data pointer a __cuda_array_interface__ names, as a pointer value: ctypes would wrap
+    (or refuse with its own ArgumentError) an int outside [0, 2^64)."""
+    ptr = cai["data"][0]
+    if not isinstance(ptr, int) or not 0 <= ptr < 2**64:
+        raise ValueError(f"{name}: __cuda_array_interface__ data pointer {ptr!r} is not a "
+                         "pointer value in [0, 2^64)")
+    return ptr
+
+
 def _from_cai(obj, cai, name, stream):
     typestr = cai["typestr"]
     if typestr not in _CAI_CODES:
@@ -227,7 +237,7 @@ def _from_cai(obj, cai, name, stream):
     else:
         strides = _element_strides(byte_strides, itemsize, name)
     device = getattr(getattr(obj, "device", None), "id", 0)
-    return Tensor(cai["data"][0], shape, strides, code, device, _library_of(obj), obj,
+    return Tensor(_address(cai, name), shape, strides, code, device, _library_of(obj), obj,
                   _cai_stream(cai) if stream is None else stream)
 
 
@@ -377,5 +387,5 @@ def describe_aux(obj, name, kind, stream=None):
         if cai.get("strides") is not None and tuple(cai["strides"]) != tuple(
                 s * 4 for s in _packed_strides(shape)):
             raise ValueError(f"{name} must be contiguous")
-        return cai["data"][0], shape, getattr(getattr(obj, "device", None), "id", 0), None
+        return _address(cai, name), shape, getattr(getattr(obj, "device", None), "id", 0), None
     raise TypeError(f"{name}: {type(obj).__name__} is not an array this package reads")

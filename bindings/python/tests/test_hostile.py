@@ -178,3 +178,15 @@ def test_argument_layer_property():
                 q, la, q, la, stream=rng.choice([None, left])))
             wraps = False
         assert not (ok and (wraps or not_bool)), (which, left, right, num, causal, ret)
+
+
+def test_cuda_array_interface_pointers_out_of_range_raise():
+    class Fake:
+        def __init__(self, ptr):
+            self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (1, 1, 1, 8),
+                                             "typestr": "<f2", "version": 3}
+
+    from flashattn import _tensors
+    for ptr in (-1, 2**64, "0"):
+        with pytest.raises(ValueError, match="pointer"):
+            _tensors.describe(Fake(ptr), "q")
