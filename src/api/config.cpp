@@ -348,7 +348,7 @@ fa_status checked_extents(Problem const& p, Extents* out) {
     int64_t* count;
   };
   int64_t batch_plus_one;
-  if (__builtin_add_overflow(p.batch, 1, &batch_plus_one)) batch_plus_one = -1;
+  if (!checked_mul_add(p.batch, 1, 1, &batch_plus_one)) batch_plus_one = -1;  // refused below
   for (Array a : {Array{"cu_seqlens_q and cu_seqlens_k (batch + 1 entries)", varlen,
                         batch_plus_one, 1, &e.cu_seqlens},
                   Array{"cache_seqlens (batch entries)", p.needs_cache_seqlens(), p.batch, 1,
