@@ -2,31 +2,13 @@
 // allocations and statuses each entry point may produce. Each case names the defect it pins.
 #include <doctest/doctest.h>
 
-#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 #include <vector>
 
+#include "common/alloc_count.hpp"
 #include "flashattn.h"
-
-// Host allocations made by this thread through operator new, counted so a test can check that a
-// call allocates nothing (and so cannot fail with FA_STATUS_OUT_OF_MEMORY). The library's
-// operator new calls resolve to these: libstdc++ is a shared library, and an executable's
-// definition comes first in the dynamic lookup.
-namespace {
-thread_local long t_allocations = 0;
-}  // namespace
-
-void* operator new(std::size_t n) {
-  ++t_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -169,10 +151,10 @@ TEST_CASE("hostile: fa_merge_states allocates nothing on a CPU context") {
   fa_merge_config const m = fp32_merge(2, 3, 2, 64);
   std::vector<float> a(2 * 3 * 2 * 64, 1.f), b(a.size(), 3.f), o(a.size());
   std::vector<float> lse_a(12, 0.f), lse_b(12, 0.f), lse(12);
-  long const before = t_allocations;
+  long const before = allocations_on_this_thread();
   REQUIRE(fa_merge_states(cpu.ctx, &m, a.data(), lse_a.data(), b.data(), lse_b.data(), o.data(),
                           lse.data(), nullptr) == FA_STATUS_SUCCESS);
-  CHECK(t_allocations == before);
+  CHECK(allocations_on_this_thread() == before);
   CHECK(o[5] == doctest::Approx(2.f));
   // In place, element by element: o = o_a.
   REQUIRE(fa_merge_states(cpu.ctx, &m, a.data(), lse_a.data(), b.data(), lse_b.data(), a.data(),
@@ -194,7 +176,7 @@ TEST_CASE("hostile: the functions documented as allocation-free allocate nothing
   fa_kernel_config kc;
   int device = 0;
   int64_t q = 0;
-  long const before = t_allocations;
+  long const before = allocations_on_this_thread();
   CHECK(fa_config_init(&c) == FA_STATUS_SUCCESS);
   CHECK(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
   CHECK(fa_run_args_init(&args) == FA_STATUS_SUCCESS);
@@ -204,7 +186,7 @@ TEST_CASE("hostile: the functions documented as allocation-free allocate nothing
   c.batch = -1;
   CHECK(fa_config_validate(&c) == FA_STATUS_INVALID_ARGUMENT);
   CHECK(fa_context_device(cpu.ctx, &device) == FA_STATUS_SUCCESS);
-  CHECK(t_allocations == before);
+  CHECK(allocations_on_this_thread() == before);
 }
 
 }  // TEST_SUITE
