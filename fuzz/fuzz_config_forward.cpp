@@ -3,7 +3,10 @@
 // softcap, ALiBi, attention sinks, num_splits, and the run's index tensors whose contents come
 // from the input. The input's bytes become an fa_config (built with fa_config_init(), fields set
 // by name; the layout is below) and an fa_run_args. Properties checked on every input:
-//   - fa_config_validate() and fa_config_extents() agree; a refusal has a detail message, and
+//   - fa_config_validate() and fa_config_extents() agree; an accepted config keeps the header's
+//     bounds (the LSE and each run-time array it uses hold at most 2^60 entries, computed here
+//     in 128 bits, so the library's int64 products of the same sizes cannot wrap: a paged
+//     batch x max_pages_per_seq and a varlen batch + 1 did); a refusal has a detail message, and
 //     fa_forward(), fa_forward_ex() and fa_plan_create() refuse the config with the same status
 //     without touching the tensors;
 //   - a valid config that is small enough to run in milliseconds runs on a CPU context with q, k,
@@ -379,6 +382,22 @@ int64_t visible_keys(fa_config const& e, int64_t i, int64_t sq, int64_t sk) {
   return std::max<int64_t>(0, hi - lo + 1);
 }
 
+// The bounds fa_config_validate documents for an accepted config `e`, in 128-bit arithmetic.
+void check_bounds(fa_config const& e) {
+  using Wide = __int128;
+  Wide const limit = Wide{1} << 60, batch = e.batch;
+  bool const varlen = e.layout == FA_LAYOUT_VARLEN;
+  Wide const lse = (varlen ? Wide{e.total_q} : batch * e.seqlen_q) * e.heads_q;
+  if (lse > limit) finding("an accepted config has an LSE of more than 2^60 entries");
+  if (varlen && batch + 1 > limit) finding("an accepted varlen config has over 2^60 offsets");
+  if (e.layout == FA_LAYOUT_PAGED_KV && batch * e.max_pages_per_seq > limit) {
+    finding("an accepted paged config has a block_table of more than 2^60 entries");
+  }
+  if (e.alibi == FA_ALIBI_PER_BATCH && batch * e.heads_q > limit) {
+    finding("an accepted config has more than 2^60 per-batch ALiBi slopes");
+  }
+}
+
 // `e` is the config as the library sees it (fields past struct_size are 0), `cfg` what it is
 // given.
 void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint64_t seed,
@@ -636,6 +655,7 @@ extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
     finding("fa_config_extents and fa_config_validate disagree");
   }
   if (valid == FA_STATUS_SUCCESS) {
+    check_bounds(e);
     run_and_check(e, cfg, with_lse, seed, run);
     return 0;
   }

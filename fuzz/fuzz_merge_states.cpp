@@ -6,8 +6,8 @@
 //     detail message, and a valid one is accepted (the model below decides independently:
 //     overlap within o by marking every element);
 //   - the pointers: o may be exactly o_a or o_b and lse exactly lse_a or lse_b (in place); any
-//     other overlap of an output with another tensor, a NULL pointer, a NULL context or a stream
-//     on a CPU context is refused, and a refused call leaves every buffer byte for byte as it was;
+//     other overlap of an output with another tensor, a NULL pointer, one not aligned to its
+//     elements, a NULL context or a stream on a CPU context is refused, and a refused call leaves every buffer byte for byte as it was;
 //   - a valid config runs with every tensor in a heap buffer of exactly its size (a shared one
 //     for the aliasing cases), so AddressSanitizer sees any access past them;
 //   - after a success each element of o's view and each lse is the merge of its two inputs
@@ -24,7 +24,7 @@
 //   [i32 reserved0] [u8 struct_size [extra bytes]]
 //   u8 strides    0 packed; 1 padded (u8 pads after each head row, seq row and batch entry);
 //                 2 u16 strides; 3 i64 strides (batch, seq, head each)
-//   u8 aliasing   % 16: see enum Alias
+//   u8 aliasing   % 17: see enum Alias
 //   u8 argument   the aliasing's offset or pointer choice
 //   u64           the seed of the data (o_a, o_b in (-2, 2); LSEs in [-30, 30], 1 in 8 -inf)
 #include <algorithm>
@@ -91,6 +91,7 @@ enum Alias {
   kNullPointer,    // the argument picks which
   kStream,         // a stream on a CPU context
   kNullContext,
+  kMisaligned,     // the argument picks a pointer and 1 to 3 bytes off its alignment: refused
 };
 
 // The model's verdict on the config.
@@ -288,6 +289,11 @@ void run(fa_merge_config const* cfg, Shape const& s, int alias, uint8_t arg, boo
     case kNullContext:
       refuse = true;
       break;
+    case kMisaligned:
+      // Repointed after the inputs are filled: the harness itself never stores through it.
+      shared = bytes(std::max(ob, lb) + 4);
+      refuse = true;
+      break;
     default:
       break;
   }
@@ -308,6 +314,11 @@ void run(fa_merge_config const* cfg, Shape const& s, int alias, uint8_t arg, boo
   if (o_b != nullptr && o_b != oa) fill_o(s.dtype, o_b, s.o_extent, rng);
   if (la != nullptr) fill_lse(reinterpret_cast<float*>(la), s.lse_elems, raw, rng);
   if (lbp != nullptr && lbp != la) fill_lse(reinterpret_cast<float*>(lbp), s.lse_elems, raw, rng);
+  if (alias == kMisaligned) {
+    unsigned char** ptrs[6] = {&oa, &la, &o_b, &lbp, &o, &l};
+    size_t const align = arg % 2 == 0 ? elem : 4;  // o tensors at even indices
+    *ptrs[arg % 6] = shared.get() + 1 + (arg / 6) % (align - 1);
+  }
   track(oa, ob);
   track(o_b, ob);
   track(la, lb);
@@ -443,7 +454,7 @@ extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
       c.o_seq_stride = in.i64();
       c.o_head_stride = in.i64();
   }
-  int const alias = in.u8() % 16;
+  int const alias = in.u8() % 17;
   uint8_t const arg = in.u8();
   uint64_t const seed = in.take(8);
 

@@ -11,8 +11,9 @@
                    K/V broadcast over the batch, GQA, causal with rows that see no key, a larger
                    struct), of each 0.3 layout (varlen, KV cache, paged KV cache) and feature
                    (sliding window, softcap, ALiBi per head and per batch, sinks, num_splits, a
-                   0.2-sized struct), one of each kind of refusal, and the regressions the fuzzer
-                   found;
+                   0.2-sized struct), one of each kind of refusal, the paged and varlen index
+                   paths at the validation bounds and the int32/int64 limits, and the
+                   regressions the fuzzer (or a probe) found;
   merge_states/    fa_merge_states inputs in fuzz_merge_states.cpp's byte layout: separate, in
                    place and shared buffers, strided o, raw LSEs, refused overlaps and NULLs, and
                    the regression.
@@ -230,8 +231,52 @@ def inference_configs():
           + bytes([DENSE, 1 | 2 << 1]) + struct.pack("<qq", 2**63 - 1, 2**63 - 1) + bytes(8))
 
 
+
+def extreme_index_configs():
+    """The paged and varlen index paths at the validation bounds and the int32/int64 limits
+    (issue 14): sizes as i64, the 0.3 fields as i64."""
+    wide_kv = struct.pack("<qqq", 8, 0, 0)  # k and v: seq stride 0, so huge pages span little
+    bound = 2**60
+
+    def paged(name, batch, num_pages, page_size, max_pages, seqlen_k=1, contents=b"", args=0):
+        write("config_forward", name,
+              config(FP32, 0, True, [batch, 1, seqlen_k, 1, 1, 8], wide=True,
+                     layouts=0b00111100, strides=wide_kv * 2,
+                     ext=ext(layout=PAGED_KV, fields=(num_pages, page_size, max_pages),
+                             wide_fields=True, args=args, contents=contents)))
+
+    # Regression: 2^61 + 1 pages per sequence passed validation, and the CPU forward wrapped
+    # batch * max_pages_per_seq into a wild block-table address (SIGSEGV).
+    paged("regression_paged_max_pages_2_61", 2, 1, 1, 2**61 + 1)
+    paged("paged_block_table_at_bound", 4, 1, 1, bound // 4)
+    paged("paged_block_table_past_bound", 4, 1, 1, bound // 4 + 1)
+    paged("paged_int64_max_pages", 1, 1, 1, 2**63 - 1)
+    paged("paged_int32_max_page_size", 1, 1, 2**31 - 1, 1, seqlen_k=2**31 - 1)
+    paged("paged_int32_max_pages", 3, 2**31 - 1, 1, 2**31 - 1)
+    # A small paged problem with raw block_table entries at the int32 limits (refused per run).
+    paged("paged_raw_block_table_int32_limits", 2, 4, 1, 2, seqlen_k=2, args=8 | 16,
+          contents=struct.pack("<2i", 2, 2) + struct.pack("<4i", -2**31, 2**31 - 1, 0, 1))
+
+    def varlen(name, batch, total_q=1, total_k=1, alibi=0, heads=1, contents=b"", args=0):
+        write("config_forward", name,
+              config(FP32, 0, True, [batch, 1, 1, heads, heads, 8], wide=True,
+                     ext=ext(layout=VARLEN, fields=(total_q, total_k), wide_fields=True,
+                             alibi=alibi, args=args, contents=contents)))
+
+    # Regression: a varlen batch of INT64_MAX passed validation, and the overlap check's
+    # (batch + 1) * 4 overflowed (UBSan).
+    varlen("regression_varlen_batch_int64_max", 2**63 - 1)
+    varlen("varlen_batch_at_bound", bound - 1)
+    varlen("varlen_batch_past_bound", bound)
+    varlen("varlen_alibi_per_batch_past_bound", 2**59, alibi=2, heads=4)
+    varlen("varlen_totals_int32_max", 1, total_q=2**31 - 1, total_k=2**31)
+    # Raw offsets at the int32 limits (refused per run: they leave [0, total]).
+    varlen("varlen_raw_cu_seqlens_int32_limits", 1, total_q=2, total_k=2, args=4,
+           contents=struct.pack("<4i", 0, 2**31 - 1, -2**31, 2))
+
+
 MERGE_SEPARATE, MERGE_IN_PLACE_A, MERGE_IN_PLACE_B, MERGE_ALL_SHARED = 0, 1, 2, 5
-MERGE_O_OVERLAPS_OA, MERGE_O_IS_LSE, MERGE_NULL = 7, 12, 13
+MERGE_O_OVERLAPS_OA, MERGE_O_IS_LSE, MERGE_NULL, MERGE_MISALIGNED = 7, 12, 13, 16
 
 
 def merge(dtype, sizes, alias=MERGE_SEPARATE, arg=0, strides=0, stride_bytes=b"", raw=False,
@@ -253,6 +298,11 @@ def merges():
     write("merge_states", "bad_o_overlaps_o_a", merge(BF16, [1, 2, 2, 8], alias=MERGE_O_OVERLAPS_OA,
                                                       arg=5))
     write("merge_states", "bad_null_lse_b", merge(FP16, [1, 2, 2, 8], alias=MERGE_NULL, arg=3))
+    # Regression: a CPU merge read misaligned elements where fa_forward refuses them.
+    write("merge_states", "regression_misaligned_o_a_fp32", merge(FP32, [1, 2, 2, 8],
+                                                                  alias=MERGE_MISALIGNED, arg=6))
+    write("merge_states", "bad_misaligned_lse_b", merge(FP16, [1, 2, 2, 8], alias=MERGE_MISALIGNED,
+                                                        arg=3 + 6))
     # Regression: o == lse was accepted as "in place" when o's bytes equal the LSEs' (fp16,
     # head_dim 2; fp32, head_dim 1), and the merge wrote each over the other.
     write("merge_states", "regression_o_is_lse", merge(FP16, [1, 49, 58, 2], alias=MERGE_O_IS_LSE))
@@ -265,6 +315,7 @@ def main():
     tuning_files(kernels)
     configs()
     inference_configs()
+    extreme_index_configs()
     merges()
 
 

@@ -51,6 +51,11 @@ extern "C" {
  * Errors: every function that can fail returns a fa_status. On failure, the calling thread's detail
  * message (fa_last_error_detail()) names the offending value, and no output has been written.
  * The library never exits, aborts, prints, or lets a C++ exception escape.
+ * FA_STATUS_OUT_OF_MEMORY (a failed host allocation) may come from the functions that allocate
+ * host memory: those whose lists name it, and the registry queries, the kernel-name functions,
+ * fa_context_set_kernel() and the tuning functions. The *_init functions, fa_config_validate(),
+ * fa_config_extents(), fa_context_device(), fa_merge_states() and the plan queries allocate
+ * nothing and never return it (since 0.3.0).
  *
  * Versioning: the soname is libflashattn.so.<MAJOR>. Within one MAJOR version, functions, fa_status
  * values and the leading fields of public structs are never changed or removed; structs only grow at
@@ -230,7 +235,8 @@ typedef struct fa_config {
                              softmax denominator, with no value row: the row's weights sum to
                              less than 1, and its LSE includes the sink. A row with no visible
                              key then gets O = 0 and LSE = the sink's logit. A sink of -inf adds
-                             nothing. */
+                             nothing; one of +inf or NaN makes its rows' O and LSE
+                             NaN. */
   int32_t num_splits;   /*!< GPU only: split each sequence's keys across this many thread blocks
                              whose partial results a second kernel merges (split-KV; pays for
                              decode, where few query rows meet many keys). 0 (default) lets the
@@ -244,8 +250,9 @@ typedef struct fa_config {
   int64_t total_k;      /*!< FA_LAYOUT_VARLEN: rows of k and v (>= 1); else must be 0. */
   int64_t num_pages;    /*!< FA_LAYOUT_PAGED_KV: pages in the k and v caches (>= 1); else 0. */
   int64_t page_size;    /*!< FA_LAYOUT_PAGED_KV: rows per page (any value >= 1); else 0. */
-  int64_t max_pages_per_seq; /*!< FA_LAYOUT_PAGED_KV: columns of block_table (>= 1, and
-                             max_pages_per_seq * page_size >= seqlen_k); else 0. */
+  int64_t max_pages_per_seq; /*!< FA_LAYOUT_PAGED_KV: columns of block_table (>= 1,
+                             max_pages_per_seq * page_size >= seqlen_k, and
+                             batch * max_pages_per_seq <= 2^60, since 0.3.0); else 0. */
 } fa_config;
 
 /*! fa_layout : how a batch of sequences is laid out. Values pinned. Since 0.3.0. */
@@ -317,8 +324,11 @@ FA_API fa_status fa_config_init(fa_config* config);
 /*! fa_config_validate() :
  *  Checks everything about `config` that does not depend on where it runs: struct_size, the dtype
  *  and flag values, sizes >= 1, heads_q a multiple of heads_kv, a finite scale, strides >= 0, no
- *  overlap within o, and offsets that fit 64 bits. fa_forward() and fa_plan_create() make the same
- *  checks (and, on a GPU, those of the kernels).
+ *  overlap within o, and bounded extents: each tensor spans fewer than 2^60 elements, and the LSE
+ *  and each run-time array the config uses (fa_run_args: batch + 1 offsets, batch lengths,
+ *  batch * max_pages_per_seq page indices, heads_q or batch * heads_q slopes, heads_q sinks)
+ *  holds at most 2^60 entries, so every offset and byte count derived from them fits in int64.
+ *  fa_forward() and fa_plan_create() make the same checks (and, on a GPU, those of the kernels).
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT or FA_STATUS_BAD_STRUCT_SIZE with the
  *          detail message naming the field and value.
  *  Thread-safe. Since 0.2.0. */
@@ -397,7 +407,10 @@ FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
  *  @param stream  on a GPU context, the stream the kernel is launched on; the call returns without
  *                 waiting for the kernel (errors found while it runs surface in later CUDA calls). Must
  *                 be NULL on a CPU context, where the call computes synchronously on the calling thread
- *                 and up to hardware_concurrency() worker threads.
+ *                 and up to hardware_concurrency() worker threads, each holding about 1 KiB of
+ *                 scratch per element of head_dim (rounded up to 16: 128 KiB at head_dim 128,
+ *                 4 GiB at 2^22), allocated before any output is written (else
+ *                 FA_STATUS_OUT_OF_MEMORY).
  *  The first call for a problem shape picks a kernel and caches the choice in the context (host work
  *  only); later calls reuse it. It allocates no device memory and does not synchronise the host.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT, FA_STATUS_BAD_STRUCT_SIZE (bad input, message
@@ -463,7 +476,11 @@ FA_API fa_status fa_merge_config_init(fa_merge_config* config);
  *  @param o, lse  outputs; o may be o_a or o_b and lse may be lse_a or lse_b (in place); other
  *                 overlaps are refused. Written only on success.
  *  @param stream  as fa_forward(): the GPU kernel is launched on it; NULL on a CPU context.
- *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL, sizes, strides, overlap);
+ *  An LSE of +inf or NaN on either side makes that row's o and lse NaN. The call allocates no
+ *  host memory.
+ *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL, sizes, strides, tensors of
+ *          2^60 elements or more, overlap, and on every backend a pointer not aligned to its
+ *          elements: 2 or 4 bytes for o_a, o_b and o, 4 for the LSEs);
  *          FA_STATUS_BAD_STRUCT_SIZE; FA_STATUS_UNSUPPORTED (FP32 on a GPU, or there pointers
  *          not 4-byte aligned, or more than 2^31 blocks of 8 (batch x seqlen x heads) rows);
  *          FA_STATUS_WRONG_CONTEXT; FA_STATUS_CUDA_ERROR.
@@ -667,7 +684,8 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, const fa_config* config, const v
  *  a "libflashattn-tuning 1" line, the device's compute capability, then one line per shape:
  *  "<dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel name>".
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_WRONG_CONTEXT (CPU
- *          context); FA_STATUS_IO_ERROR.
+ *          context); FA_STATUS_IO_ERROR (the detail message names the path and the operating
+ *          system's reason).
  *  Thread-safe. Since 0.2.0. */
 FA_API fa_status fa_context_save_tuning(const fa_context_t* ctx, const char* path);
 
@@ -678,7 +696,10 @@ FA_API fa_status fa_context_save_tuning(const fa_context_t* ctx, const char* pat
  *  @return FA_STATUS_SUCCESS when every entry was loaded; FA_STATUS_TUNING_ENTRIES_IGNORED when
  *          some were skipped (the others are loaded; the detail message counts them and gives the
  *          first reason); FA_STATUS_PARSE_ERROR when the file is not a tuning file of a version this
- *          library reads (nothing loaded); FA_STATUS_IO_ERROR; FA_STATUS_INVALID_ARGUMENT (NULL);
+ *          library reads (its first line is not exactly "libflashattn-tuning 1"; nothing loaded);
+ *          FA_STATUS_IO_ERROR when `path` cannot be read (missing, unreadable, a directory: the
+ *          detail message names the path and the operating system's reason);
+ *          FA_STATUS_INVALID_ARGUMENT (NULL);
  *          FA_STATUS_WRONG_CONTEXT (CPU context).
  *  Thread-safe. Since 0.2.0. */
 FA_API fa_status fa_context_load_tuning(fa_context_t* ctx, const char* path);

@@ -15,7 +15,9 @@
 #      and flashattn-sys with a broken flashattn.pc on PKG_CONFIG_PATH (it must say so and go on);
 #   3b. the CPU-only build (FA_CUDA=OFF) with nvcc off PATH: host tests, the C++ wrapper's
 #      tests, install, no CUDA dependency or symbol in the library, the Python tests against it;
-#   4. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. the host tests again under AddressSanitizer + UndefinedBehaviorSanitizer, then the Python
+#      suite (the runtime preloaded) and the Rust suite (debug: overflow checks on) against that
+#      library;
 #   5. the concurrent-use test under ThreadSanitizer;
 #   6. the libFuzzer targets and the leak check (tools/run_fuzz.sh), where that script exists.
 # The sanitizer builds and the packages compile a reduced kernel set (the 7 bf16 progression
@@ -198,7 +200,25 @@ banner "host tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DFA_SANITIZE=address,undefined "${reduced[@]}" "${extra[@]}"
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency|cxx'
+  ctest --test-dir build-asan --output-on-failure -L 'api|choice|core|cpu|concurrency|cxx|family'
+
+banner "Python and Rust suites against the ASan + UBSan library"
+# The bindings' suites drive the library's host code under the sanitizers. Python's interpreter
+# is not instrumented, so the ASan runtime is preloaded (it must come first); cargo builds the
+# Rust tests in debug (overflow checks on) and runs each test binary with the runtime preloaded,
+# cargo and rustc themselves without it (doctests, which cargo runs without a runner, ran in the
+# plain step). Leak detection is off: the interpreter keeps its allocations until exit; the
+# library's own leaks are the host tests' and fuzz/leak_check.cpp's to find.
+asan_env=("LD_PRELOAD=$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libubsan.so)"
+          ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1)
+env "${asan_env[@]}" FLASHATTN_LIBRARY="$PWD/build-asan/libflashattn.so.0" \
+  PYTHONPATH="$PWD/bindings/python" "$py" -m pytest -q -p no:cacheprovider bindings/python/tests
+(
+  export FLASHATTN_LIB_DIR="$PWD/build-asan" FLASHATTN_INCLUDE_DIR="$PWD/include"
+  export CARGO_TARGET_DIR="$PWD/build-asan/cargo"
+  export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="env ${asan_env[*]}"
+  cargo test --tests --manifest-path bindings/rust/Cargo.toml
+)
 
 banner "concurrent use under ThreadSanitizer"
 cmake -S . -B build-tsan -DFA_SANITIZE=thread "${reduced[@]}" "${extra[@]}"

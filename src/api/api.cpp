@@ -2,6 +2,7 @@
 // inside guarded(), so no exception crosses the C boundary, and fills outputs only on success.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -157,27 +158,31 @@ fa_status run_pointers(Problem const& p, fa_run_args const* args, RunPointers* o
 
 // Every backend reads elements through typed pointers: each tensor is aligned to its element
 // size, and lse and the run-time arrays to their 4-byte elements (a GPU asks for more, later).
-fa_status check_alignment(Problem const& p, void const* q, void const* k, void const* v,
-                          void const* o, float const* lse, RunPointers const& run) {
-  struct Pointer {
-    char const* name;
-    void const* value;
-    size_t align;
-  };
-  size_t const elem = dtype_size(p.dtype);
-  for (Pointer ptr : {Pointer{"q", q, elem}, Pointer{"k", k, elem}, Pointer{"v", v, elem},
-                      Pointer{"o", o, elem}, Pointer{"lse", lse, 4},
-                      Pointer{"cu_seqlens_q", run.cu_seqlens_q, 4},
-                      Pointer{"cu_seqlens_k", run.cu_seqlens_k, 4},
-                      Pointer{"cache_seqlens", run.cache_seqlens, 4},
-                      Pointer{"block_table", run.block_table, 4},
-                      Pointer{"alibi_slopes", run.alibi_slopes, 4}, Pointer{"sinks", run.sinks, 4}}) {
+// fa_forward and fa_merge_states check through this one function, before choosing a backend.
+struct Aligned {
+  char const* name;
+  void const* value;
+  size_t align;
+};
+fa_status check_alignment(std::initializer_list<Aligned> pointers) {
+  for (Aligned ptr : pointers) {
     if (reinterpret_cast<uintptr_t>(ptr.value) % ptr.align != 0) {
       return fail(FA_STATUS_INVALID_ARGUMENT, "%s = %p is not aligned to its %zu-byte elements",
                   ptr.name, ptr.value, ptr.align);
     }
   }
   return FA_STATUS_SUCCESS;
+}
+
+fa_status check_alignment(Problem const& p, void const* q, void const* k, void const* v,
+                          void const* o, float const* lse, RunPointers const& run) {
+  size_t const elem = dtype_size(p.dtype);
+  return check_alignment({{"q", q, elem}, {"k", k, elem}, {"v", v, elem}, {"o", o, elem},
+                          {"lse", lse, 4}, {"cu_seqlens_q", run.cu_seqlens_q, 4},
+                          {"cu_seqlens_k", run.cu_seqlens_k, 4},
+                          {"cache_seqlens", run.cache_seqlens, 4},
+                          {"block_table", run.block_table, 4},
+                          {"alibi_slopes", run.alibi_slopes, 4}, {"sinks", run.sinks, 4}});
 }
 
 // Outputs must not share memory with the inputs, the run-time arrays or each other (the header's
@@ -196,17 +201,17 @@ fa_status check_overlap(Problem const& p, void const* q, void const* k, void con
     auto const b = reinterpret_cast<uintptr_t>(base);
     return Range{name, b, base == nullptr ? b : b + static_cast<uintptr_t>(bytes)};
   };
+  // Every count is at most 2^60 (checked_extents), so these byte counts fit int64.
   int64_t const i32 = 4;
-  int64_t const slopes = p.alibi == Alibi::kPerBatch ? p.batch * p.heads_q : p.heads_q;
   Range const out_o = range("o", o, e.o * elem);
   Range const inputs[] = {range("q", q, e.q * elem), range("k", k, e.k * elem),
                           range("v", v, e.v * elem),
-                          range("cu_seqlens_q", run.cu_seqlens_q, (p.batch + 1) * i32),
-                          range("cu_seqlens_k", run.cu_seqlens_k, (p.batch + 1) * i32),
-                          range("cache_seqlens", run.cache_seqlens, p.batch * i32),
-                          range("block_table", run.block_table, p.batch * p.max_pages_per_seq * i32),
-                          range("alibi_slopes", run.alibi_slopes, slopes * i32),
-                          range("sinks", run.sinks, p.heads_q * i32)};
+                          range("cu_seqlens_q", run.cu_seqlens_q, e.cu_seqlens * i32),
+                          range("cu_seqlens_k", run.cu_seqlens_k, e.cu_seqlens * i32),
+                          range("cache_seqlens", run.cache_seqlens, e.cache_seqlens * i32),
+                          range("block_table", run.block_table, e.block_table * i32),
+                          range("alibi_slopes", run.alibi_slopes, e.alibi_slopes * i32),
+                          range("sinks", run.sinks, e.sinks * i32)};
   auto overlap = [](Range const& a, Range const& b) { return a.begin < b.end && b.begin < a.end; };
   for (Range const& in : inputs) {
     if (overlap(out_o, in)) {
@@ -605,8 +610,16 @@ FA_API fa_status fa_merge_states(fa_context_t* ctx, fa_merge_config const* confi
                         Pointer{"lse_b", lse_b}, Pointer{"o", o}, Pointer{"lse", lse}}) {
       if (ptr.value == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "%s is NULL", ptr.name);
     }
-    int64_t const elem = fa::dtype_size(m.dtype);
-    int64_t const lse_bytes = m.batch * m.heads * m.seqlen * static_cast<int64_t>(sizeof(float));
+    size_t const elem_size = fa::dtype_size(m.dtype);
+    if (fa_status s = fa::check_alignment({{"o_a", o_a, elem_size}, {"lse_a", lse_a, 4},
+                                           {"o_b", o_b, elem_size}, {"lse_b", lse_b, 4},
+                                           {"o", o, elem_size}, {"lse", lse, 4}});
+        s != FA_STATUS_SUCCESS) {
+      return s;
+    }
+    // At most 2^60 elements each (to_merge_shape), so the byte counts fit int64.
+    auto const elem = static_cast<int64_t>(elem_size);
+    int64_t const lse_bytes = m.lse_count * static_cast<int64_t>(sizeof(float));
     auto overlaps = [](void const* a, int64_t a_bytes, void const* b, int64_t b_bytes) {
       auto const x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
       return x < y + static_cast<uintptr_t>(b_bytes) && y < x + static_cast<uintptr_t>(a_bytes);

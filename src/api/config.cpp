@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "api/status.hpp"
+#include "core/checked.hpp"
 
 namespace fa {
 
@@ -45,11 +46,7 @@ struct Dim {
 int64_t max_offset(std::array<Dim, 4> const& dims) {
   int64_t total = 0;
   for (Dim const& d : dims) {
-    int64_t term;
-    if (__builtin_mul_overflow(d.extent - 1, d.stride, &term) ||
-        __builtin_add_overflow(total, term, &total)) {
-      return -1;
-    }
+    if (!checked_mul_add(d.extent - 1, d.stride, total, &total)) return -1;
   }
   return total;
 }
@@ -72,7 +69,7 @@ fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, int64_t 
   static char const* const kDims[3] = {"batch", "seq", "head"};
   if (in[0] == 0 && in[1] == 0 && in[2] == 0) {
     int64_t row, batch;
-    if (__builtin_mul_overflow(heads, dim, &row) || __builtin_mul_overflow(seq, row, &batch)) {
+    if (!checked_product({heads, dim}, &row) || !checked_product({seq, row}, &batch)) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
                   "fa_config: packed tensor %s of %lld x %lld x %lld elements per batch entry "
                   "overflows int64",
@@ -301,6 +298,8 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
                   static_cast<long long>(t.out->head));
     }
   }
+  Extents e;
+  if (fa_status s = checked_extents(p, &e); s != FA_STATUS_SUCCESS) return s;
   *out = p;
   return FA_STATUS_SUCCESS;
 }
@@ -309,17 +308,74 @@ fa_status check_run_args_size(fa_run_args const* args) {
   return check_struct_size(args, "fa_run_args");
 }
 
-Extents extents(Problem const& p) {
+fa_status checked_extents(Problem const& p, Extents* out) {
   bool const varlen = p.layout == Layout::kVarlen, paged = p.layout == Layout::kPagedKv;
   int64_t const q_outer = varlen ? 1 : p.batch, q_seq = varlen ? p.total_q : p.seqlen_q;
   int64_t const k_outer = varlen ? 1 : paged ? p.num_pages : p.batch;
   int64_t const k_seq = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
   auto extent = [&](TensorStrides const& t, int64_t outer, int64_t seq, int64_t heads) {
-    return (outer - 1) * t.batch + (seq - 1) * t.seq + (heads - 1) * t.head + p.head_dim;
+    int64_t const last = max_offset({Dim{outer, t.batch}, Dim{seq, t.seq}, Dim{heads, t.head},
+                                     Dim{p.head_dim, 1}});
+    return last < 0 || last >= kMaxElements ? int64_t{-1} : last + 1;
   };
-  return {extent(p.q, q_outer, q_seq, p.heads_q), extent(p.k, k_outer, k_seq, p.heads_kv),
-          extent(p.v, k_outer, k_seq, p.heads_kv), extent(p.o, q_outer, q_seq, p.heads_q),
-          p.q_rows() * p.heads_q};
+  Extents e{extent(p.q, q_outer, q_seq, p.heads_q), extent(p.k, k_outer, k_seq, p.heads_kv),
+            extent(p.v, k_outer, k_seq, p.heads_kv), extent(p.o, q_outer, q_seq, p.heads_q),
+            0, 0, 0, 0, 0, 0};
+  struct Tensor {
+    char const* name;
+    int64_t extent;
+  };
+  for (Tensor t : {Tensor{"q", e.q}, Tensor{"k", e.k}, Tensor{"v", e.v}, Tensor{"o", e.o}}) {
+    if (t.extent < 0) {
+      return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config: tensor %s spans 2^60 elements or more",
+                  t.name);
+    }
+  }
+  // The LSE, and the CPU's (batch, head, query tile) work list, grow with batch x heads_q x
+  // seqlen_q even where q broadcasts along them (stride 0).
+  if (!bounded_count({q_outer, q_seq, p.heads_q}, &e.lse)) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config: the LSE of batch = %lld x seqlen_q = %lld x heads_q = %lld rows "
+                "exceeds 2^60 entries",
+                static_cast<long long>(q_outer), static_cast<long long>(q_seq),
+                static_cast<long long>(p.heads_q));
+  }
+  // The run-time arrays the problem uses, as fa_run_args documents their lengths.
+  struct Array {
+    char const* name;
+    bool used;
+    int64_t rows, per_row;
+    int64_t* count;
+  };
+  int64_t batch_plus_one;
+  if (!checked_mul_add(p.batch, 1, 1, &batch_plus_one)) batch_plus_one = -1;  // refused below
+  for (Array a : {Array{"cu_seqlens_q and cu_seqlens_k (batch + 1 entries)", varlen,
+                        batch_plus_one, 1, &e.cu_seqlens},
+                  Array{"cache_seqlens (batch entries)", p.needs_cache_seqlens(), p.batch, 1,
+                        &e.cache_seqlens},
+                  Array{"block_table (batch x max_pages_per_seq entries)", paged,
+                        p.batch, p.max_pages_per_seq, &e.block_table},
+                  Array{"alibi_slopes (batch x heads_q entries)", p.alibi == Alibi::kPerBatch,
+                        p.batch, p.heads_q, &e.alibi_slopes},
+                  Array{"alibi_slopes (heads_q entries)", p.alibi == Alibi::kPerHead,
+                        p.heads_q, 1, &e.alibi_slopes},
+                  Array{"sinks (heads_q entries)", p.sinks, p.heads_q, 1, &e.sinks}}) {
+    if (a.used && !bounded_count({a.rows, a.per_row}, a.count)) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "fa_config: %s would exceed 2^60 entries (batch = %lld, heads_q = %lld, "
+                  "max_pages_per_seq = %lld)",
+                  a.name, static_cast<long long>(p.batch), static_cast<long long>(p.heads_q),
+                  static_cast<long long>(p.max_pages_per_seq));
+    }
+  }
+  *out = e;
+  return FA_STATUS_SUCCESS;
+}
+
+Extents extents(Problem const& p) {
+  Extents e{};
+  checked_extents(p, &e);  // cannot fail: to_problem made the same check
+  return e;
 }
 
 fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
@@ -344,7 +400,7 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
                   static_cast<long long>(s.value));
     }
   }
-  MergeShape m{static_cast<DType>(c->dtype), c->batch, c->seqlen, c->heads, c->head_dim, {}, 0};
+  MergeShape m{static_cast<DType>(c->dtype), c->batch, c->seqlen, c->heads, c->head_dim, {}, 0, 0};
   int64_t const strides[3] = {c->o_batch_stride, c->o_seq_stride, c->o_head_stride};
   if (fa_status s = resolve_strides("o", m.seqlen, m.heads, m.head_dim, strides, &m.o);
       s != FA_STATUS_SUCCESS) {
@@ -353,10 +409,10 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
   std::array<Dim, 4> const dims = {Dim{m.batch, m.o.batch}, Dim{m.seqlen, m.o.seq},
                                    Dim{m.heads, m.o.head}, Dim{m.head_dim, 1}};
   int64_t const last = max_offset(dims);
-  int64_t rows, lse_elems;
-  if (last < 0 || last >= INT64_MAX / 4 || __builtin_mul_overflow(m.batch, m.seqlen, &rows) ||
-      __builtin_mul_overflow(rows, m.heads, &lse_elems) || lse_elems > INT64_MAX / 4) {
-    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_merge_config: the tensors span more than 2^63 bytes");
+  int64_t lse_elems;
+  if (last < 0 || last >= kMaxElements || !bounded_count({m.batch, m.seqlen, m.heads}, &lse_elems)) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_merge_config: the tensors span 2^60 elements or more");
   }
   if (!non_overlapping(dims)) {
     return fail(FA_STATUS_INVALID_ARGUMENT,
@@ -365,6 +421,7 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
                 static_cast<long long>(m.o.head));
   }
   m.o_extent = last + 1;
+  m.lse_count = lse_elems;
   *out = m;
   return FA_STATUS_SUCCESS;
 }

@@ -15,11 +15,17 @@ fa_status to_problem(fa_config const* config, Problem* out);
 // struct, and zero past the fields this version knows).
 fa_status check_run_args_size(fa_run_args const* args);
 
-// Elements each tensor spans from its base pointer (largest offset + 1); lse is float32.
+// Elements each tensor spans from its base pointer (largest offset + 1); lse is float32; then
+// the entries of each run-time array the problem uses (0 for those it does not).
 struct Extents {
   int64_t q, k, v, o, lse;
+  int64_t cu_seqlens, cache_seqlens, block_table, alibi_slopes, sinks;
 };
-// `p` has passed to_problem, which checked that these fit int64.
+// The one place the extents are computed, with checked arithmetic: fails (INVALID_ARGUMENT,
+// naming the tensor or array) when one exceeds kMaxElements (2^60), so every byte count and
+// index derived from them later fits int64. to_problem runs it on every config.
+fa_status checked_extents(Problem const& p, Extents* out);
+// checked_extents for a `p` that has passed to_problem.
 Extents extents(Problem const& p);
 
 // A checked fa_merge_config: strides resolved, o's extent (elements) computed.
@@ -28,6 +34,7 @@ struct MergeShape {
   int64_t batch, seqlen, heads, head_dim;
   TensorStrides o;
   int64_t o_extent;
+  int64_t lse_count;  // batch x heads x seqlen
 };
 fa_status to_merge_shape(fa_merge_config const* config, MergeShape* out);
 

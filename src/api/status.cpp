@@ -7,7 +7,7 @@ FA_API unsigned fa_version_number(void) { return FA_VERSION_NUMBER; }
 
 FA_API char const* fa_version_string(void) { return FA_VERSION_STRING; }
 
-FA_API char const* fa_last_error_detail(void) { return fa::detail(); }
+FA_API char const* fa_last_error_detail(void) { return fa::detail_message(); }
 
 FA_API char const* fa_status_string(fa_status status) {
   switch (status) {

@@ -4,7 +4,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -15,6 +14,7 @@
 #include "api/status.hpp"
 #include "api/tuning.hpp"
 #include "core/kernel_config.hpp"
+#include "core/tuning_file.hpp"
 #include "cuda/device.hpp"
 #include "cuda/heuristic.hpp"
 #include "flashattn.h"
@@ -45,10 +45,8 @@ fa_status parse_tuning(std::string_view text, char const* source, int arch,
                        KernelLookup const& lookup, TunedKernels* out) {
   std::istringstream in{std::string(text)};
   std::string line;
-  std::string magic;
-  int version = 0;
-  if (!std::getline(in, line) || !(std::istringstream(line) >> magic >> version) ||
-      magic != kMagic) {
+  int const version = std::getline(in, line) ? tuning_file_version(line, kMagic) : -1;
+  if (version < 0) {
     return fail(FA_STATUS_PARSE_ERROR, "'%s' is not a libflashattn tuning file", source);
   }
   if (version != kFormatVersion) {
@@ -247,10 +245,11 @@ FA_API fa_status fa_context_save_tuning(fa_context_t const* ctx, char const* pat
       std::lock_guard lock(ctx->mutex);
       tuned = ctx->tuned;
     }
-    std::ofstream out(path, std::ios::trunc);
-    out << fa::format_tuning(fa::arch_of(ctx), tuned);
-    out.close();
-    if (!out) return fa::fail(FA_STATUS_IO_ERROR, "cannot write the tuning file '%s'", path);
+    std::string const why = fa::write_text_file(path, fa::format_tuning(fa::arch_of(ctx), tuned));
+    if (!why.empty()) {
+      return fa::fail(FA_STATUS_IO_ERROR, "cannot write the tuning file '%s': %s", path,
+                      why.c_str());
+    }
     return FA_STATUS_SUCCESS;
   });
 }
@@ -261,17 +260,17 @@ FA_API fa_status fa_context_load_tuning(fa_context_t* ctx, char const* path) {
       return s;
     }
     if (path == nullptr) return fa::fail(FA_STATUS_INVALID_ARGUMENT, "path is NULL");
-    std::ifstream in(path);
-    if (!in) return fa::fail(FA_STATUS_IO_ERROR, "cannot open the tuning file '%s'", path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) return fa::fail(FA_STATUS_IO_ERROR, "error reading the tuning file '%s'", path);
+    std::string text;
+    if (std::string const why = fa::read_text_file(path, &text); !why.empty()) {
+      return fa::fail(FA_STATUS_IO_ERROR, "cannot read the tuning file '%s': %s", path,
+                      why.c_str());
+    }
     fa::TunedKernels loaded;
     auto lookup = [&](fa::KernelConfig const& kernel, fa::Problem const& p,
                       fa::cuda::KernelEntry const** entry) {
       return fa::find_pinned(ctx, kernel, p, entry);
     };
-    fa_status s = fa::parse_tuning(text.str(), path, fa::arch_of(ctx), lookup, &loaded);
+    fa_status s = fa::parse_tuning(text, path, fa::arch_of(ctx), lookup, &loaded);
     if (s == FA_STATUS_SUCCESS || s == FA_STATUS_TUNING_ENTRIES_IGNORED) {
       std::lock_guard lock(ctx->mutex);
       for (auto const& [key, entry] : loaded) ctx->tuned[key] = entry;

@@ -21,6 +21,6 @@ fa_status fail(fa_status status, char const* format, ...) {
 
 void clear_detail() { t_detail[0] = '\0'; }
 
-char const* detail() { return t_detail; }
+char const* detail_message() { return t_detail; }
 
 }  // namespace fa

@@ -12,6 +12,6 @@ namespace fa {
 void clear_detail();
 
 // This thread's detail message ("" after clear_detail()); valid until its next fail().
-char const* detail();
+char const* detail_message();
 
 }  // namespace fa

@@ -547,7 +547,6 @@ void merge(int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim, const
            const void* o_a, const float* lse_a, const void* o_b, const float* lse_b, void* o,
            float* lse) {
   using S = typename E::Storage;
-  std::vector<float> row(static_cast<size_t>(head_dim));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < seqlen; ++i) {
@@ -561,17 +560,16 @@ void merge(int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim, const
         const float sum = wa + wb;
         const S* a = static_cast<const S*>(o_a) + oi;
         const S* bb = static_cast<const S*>(o_b) + oi;
-        // Read both rows before writing: o may be o_a or o_b.
+        S* out = static_cast<S*>(o) + oi;
+        // Element by element, with no scratch row (which could fail to allocate): an output
+        // overlaps an input only exactly in place (fa_merge_states refuses any other overlap),
+        // so out[c] depends on a[c] and bb[c] alone, both read before it is written.
         // A side of weight 0 (lse -inf: no key) contributes nothing, whatever its o holds (a
         // shard with no key may have left it unwritten): selected out, never multiplied.
         for (int64_t c = 0; c < head_dim; ++c) {
           const float x = (wa == 0.0f ? 0.0f : wa * E::load(a[c])) +
                           (wb == 0.0f ? 0.0f : wb * E::load(bb[c]));
-          row[static_cast<size_t>(c)] = sum == 0.0f ? 0.0f : x / sum;
-        }
-        S* out = static_cast<S*>(o) + oi;
-        for (int64_t c = 0; c < head_dim; ++c) {
-          out[c] = E::store(row[static_cast<size_t>(c)]);
+          out[c] = E::store(sum == 0.0f ? 0.0f : x / sum);
         }
         lse[li] = sum == 0.0f ? kNegInf : top + std::log(sum);
       }

@@ -37,7 +37,12 @@ Errors
 ------
 A failing library call raises the subclass of FlashAttnError for its status (see
 flashattn.errors), with the library's message naming the offending value. Arguments that cannot
-be mapped onto the library's problem description raise ValueError or TypeError.
+be mapped onto the library's problem description raise ValueError or TypeError, before the
+library is called: TypeError for an argument of the wrong type (an integer argument that is a
+float, string or bool; a flag such as ``causal`` or ``return_lse`` that is not a Python or numpy
+bool; a kernel that is not a str), ValueError for a value outside what its C field holds (an
+integer outside int64, or int32 for ``num_splits`` and ``device``) or shapes, strides and devices
+that do not fit together. Nothing else escapes a call.
 
 Examples
 --------
@@ -52,7 +57,9 @@ Examples
 import collections
 import ctypes
 import functools
+import operator
 import os
+import sys
 import threading
 from typing import Any, List, Literal, Optional, Tuple, Union
 
@@ -85,6 +92,36 @@ _LAYOUTS = {"bshd": (1, 2, "(batch, seq, heads, head_dim)"),
 # the shapes of a model's layers and decode steps, few enough that a sweep over thousands of
 # shapes holds a bounded number of plans.
 _PLANS_PER_CONTEXT = 256
+
+
+_INT32 = (-2**31, 2**31 - 1)
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _integer(name, value, bounds=_INT64):
+    """`value` as an int, checked before ctypes sees it (ctypes wraps an out-of-range value
+    silently): an integer, Python or numpy, within `bounds`; TypeError for a float, a string or
+    a bool, ValueError outside the range."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got bool {value}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{name} = {value} is outside [{bounds[0]}, {bounds[1]}]")
+    return value
+
+
+def _flag(name, value):
+    """A flag: True or False, or a numpy bool; anything else ("False", 0, None) is a TypeError
+    rather than a truth value."""
+    if value is True or value is False:
+        return value
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.bool_):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
 
 
 def version() -> str:
@@ -181,8 +218,8 @@ class Context:
     def __init__(self, device: Optional[int] = None) -> None:
         lib = _ffi.lib()
         handle = _ffi.fa_context_p()
-        check(lib.fa_context_create(_ffi.FA_DEVICE_CPU if device is None else int(device),
-                                    ctypes.byref(handle)))
+        ordinal = _ffi.FA_DEVICE_CPU if device is None else _integer("device", device, _INT32)
+        check(lib.fa_context_create(ordinal, ctypes.byref(handle)))
         self.device = device
         self._owner = _Owner(handle.value)
         self._handle = handle.value
@@ -296,6 +333,10 @@ def _cache_or_varlen_config(key):
             raise ValueError(f"{name} is on device {device}, q on {key.q[3]}")
     if qs[-1] != ks[-1]:
         raise ValueError(f"q's head_dim {qs[-1]} differs from k's {ks[-1]}")
+    if f.mode == "varlen" and qs[0] != 0 and ks[0] == 0:
+        # Declared as 1 row, an empty k let cu_seqlens_k = [0, 1] pass the library's bounds
+        # check, and a row outside k was read.
+        raise ValueError(f"k and v have no rows (total_k = 0, shape {ks}): no key to attend to")
     _check_last_contiguous(named)
     _check_not_broadcast(named)
     cfg = _ffi.fa_config()
@@ -310,7 +351,7 @@ def _cache_or_varlen_config(key):
             return None  # no query row; query rows without a sequence (batch 0) are refused
         cfg.layout = _ffi.FA_LAYOUT_VARLEN
         cfg.batch, cfg.seqlen_q, cfg.seqlen_k = batch, max(max_q, 1), max(max_k, 1)
-        cfg.total_q, cfg.total_k = qs[0], max(ks[0], 1)
+        cfg.total_q, cfg.total_k = qs[0], ks[0]
         cfg.heads_q, cfg.heads_kv = qs[1], ks[1]
         for prefix, (_, strides, _, _) in zip("qkvo", (key.q, key.k, key.v, key.o)):
             setattr(cfg, f"{prefix}_seq_stride", strides[0])
@@ -413,6 +454,10 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
     handle and the problem's _Key."""
     if layout not in _LAYOUTS:
         raise ValueError(f"layout {layout!r} is neither 'bshd' nor 'bhsd'")
+    causal = _flag("causal", causal)
+    return_lse = _flag("return_lse", return_lse)
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a kernel name (str), got {type(kernel).__name__}")
     seq, heads, dims = _LAYOUTS[layout]
     handle = _tensors.stream_handle(stream)
     tq = _tensors.describe(q, "q", handle)
@@ -463,7 +508,11 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
 
 
 def _window(window):
-    left, right = (int(x) for x in window)
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise TypeError(f"window must be a pair (left, right), got {window!r}") from None
+    left, right = _integer("window[0]", left), _integer("window[1]", right)
     return (max(left, -1), max(right, -1))
 
 
@@ -483,7 +532,7 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
     if softcap is None or softcap < 0:
         raise ValueError(f"softcap = {softcap} must be >= 0 (0: off)")
     return _Features(mode, _window(window), float(softcap), alibi, sinks is not None,
-                     int(num_splits), tuple(extra))
+                     _integer("num_splits", num_splits, _INT32), tuple(extra))
 
 
 def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=()):
@@ -657,6 +706,8 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         kernels clamp them (wrong numbers, never an out-of-bounds access).
     max_seqlen_q, max_seqlen_k : int
         Upper bounds of the sequences' lengths.
+        k and v must have at least one row when q has one (ValueError otherwise, as forward()
+        refuses seqlen_k = 0).
     causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel
         As forward(); masks are aligned per sequence (bottom-right).
     return_lse : bool
@@ -669,10 +720,14 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     lse : array
         Only with ``return_lse``.
     """
-    batch = int(_tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32")[1][0]) - 1
+    cu_shape = tuple(_tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32")[1])
+    if len(cu_shape) != 1 or cu_shape[0] < 1:
+        raise ValueError(f"cu_seqlens_q must have shape (batch + 1,), got {cu_shape}")
+    batch = cu_shape[0] - 1
     heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
     features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
-                         extra=(batch, int(max_seqlen_q), int(max_seqlen_k)))
+                         extra=(batch, _integer("max_seqlen_q", max_seqlen_q),
+                                _integer("max_seqlen_k", max_seqlen_k)))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features)
     return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
@@ -754,7 +809,8 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
         return_lse=True) returns them.
     out : (array, array), optional
         Where to write ``(o, lse)``: o with o_a's strides; ``out=(o_a, lse_a)`` merges in place.
-        None allocates them (o in o_a's dimension order).
+        None allocates them (o with o_a's strides: a strided view of o_a's extent where o_a
+        is not dense).
     stream
         As forward().
 

@@ -4,6 +4,7 @@ Every function of the header is declared here with its argtypes and restype; not
 package calls the library without going through these declarations.
 """
 import ctypes
+import operator
 import os
 import threading
 from ctypes import (POINTER, Structure, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t,
@@ -25,7 +26,38 @@ FA_LAYOUT_DENSE, FA_LAYOUT_VARLEN, FA_LAYOUT_KV_CACHE, FA_LAYOUT_PAGED_KV = 0, 1
 FA_ALIBI_NONE, FA_ALIBI_PER_HEAD, FA_ALIBI_PER_BATCH = 0, 1, 2
 
 
-class fa_config(Structure):
+# The values each integer field's C type holds: ctypes stores any other value modulo 2^bits
+# (window_left = 2**64 + 3 became 3), so the library would see a value the caller never passed.
+_INT_RANGES = {c_int32: (-2**31, 2**31 - 1), c_int64: (-2**63, 2**63 - 1),
+               c_size_t: (0, 2**64 - 1)}
+
+
+class CheckedStructure(Structure):
+    """A Structure whose integer fields take only integers (Python or numpy) within their C
+    type's range: ValueError (TypeError for another type) names the field and the value."""
+
+    _ranges = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._ranges = {field[0]: _INT_RANGES[field[1]] for field in cls.__dict__["_fields_"]
+                       if field[1] in _INT_RANGES}
+
+    def __setattr__(self, name, value):
+        bounds = self._ranges.get(name)
+        if bounds is not None:
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise TypeError(f"{type(self).__name__}.{name} must be an integer, got "
+                                f"{type(value).__name__}") from None
+            if not bounds[0] <= value <= bounds[1]:
+                raise ValueError(f"{type(self).__name__}.{name} = {value} is outside "
+                                 f"[{bounds[0]}, {bounds[1]}]")
+        super().__setattr__(name, value)
+
+
+class fa_config(CheckedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("dtype", c_int32),
@@ -59,7 +91,7 @@ class fa_config(Structure):
     ]
 
 
-class fa_run_args(Structure):
+class fa_run_args(CheckedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("cu_seqlens_q", POINTER(c_int32)),
@@ -73,7 +105,7 @@ class fa_run_args(Structure):
     ]
 
 
-class fa_merge_config(Structure):
+class fa_merge_config(CheckedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("dtype", c_int32),
@@ -83,7 +115,7 @@ class fa_merge_config(Structure):
     ]
 
 
-class fa_kernel_config(Structure):
+class fa_kernel_config(CheckedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("dtype", c_int32),

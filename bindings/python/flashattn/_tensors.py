@@ -214,6 +214,16 @@ def _cai_stream(cai):
     return 0 if stream is None or stream == _LEGACY_STREAM else int(stream)
 
 
+def _address(cai, name):
+    """The data pointer a __cuda_array_interface__ names, as a pointer value: ctypes would wrap
+    (or refuse with its own ArgumentError) an int outside [0, 2^64)."""
+    ptr = cai["data"][0]
+    if not isinstance(ptr, int) or not 0 <= ptr < 2**64:
+        raise ValueError(f"{name}: __cuda_array_interface__ data pointer {ptr!r} is not a "
+                         "pointer value in [0, 2^64)")
+    return ptr
+
+
 def _from_cai(obj, cai, name, stream):
     typestr = cai["typestr"]
     if typestr not in _CAI_CODES:
@@ -227,7 +237,7 @@ def _from_cai(obj, cai, name, stream):
     else:
         strides = _element_strides(byte_strides, itemsize, name)
     device = getattr(getattr(obj, "device", None), "id", 0)
-    return Tensor(cai["data"][0], shape, strides, code, device, _library_of(obj), obj,
+    return Tensor(_address(cai, name), shape, strides, code, device, _library_of(obj), obj,
                   _cai_stream(cai) if stream is None else stream)
 
 
@@ -258,13 +268,19 @@ def stream_handle(stream):
     PyTorch stream's .cuda_stream)."""
     if stream is None:
         return None
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "cuda_stream"):
-        return int(stream.cuda_stream)
-    raise TypeError(f"stream: {type(stream).__name__} is not an int and has no __cuda_stream__")
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        handle = stream
+    elif hasattr(stream, "__cuda_stream__"):
+        handle = int(stream.__cuda_stream__()[1])
+    elif hasattr(stream, "cuda_stream"):
+        handle = int(stream.cuda_stream)
+    else:
+        raise TypeError(f"stream: {type(stream).__name__} is not an int and has no "
+                        "__cuda_stream__")
+    # A cudaStream_t is a pointer: ctypes would wrap a value outside [0, 2^64).
+    if not 0 <= handle < 2**64:
+        raise ValueError(f"stream = {handle} is not a pointer value in [0, 2^64)")
+    return handle
 
 
 def current_stream(obj):
@@ -302,11 +318,25 @@ def empty_like(t, shape, float32=False):
 
 
 def empty_strided_like(t):
-    """A new array with t's shape, dtype and, for a dense array in any dimension order, strides
-    (numpy, PyTorch and CuPy keep the order of a permuted array); None for other producers."""
+    """A new array with t's shape, dtype and strides, dense or not (a view with o_a's gaps into
+    a buffer of its extent: fa_merge_config has one set of strides for o_a, o_b and o); for
+    negative strides or no element, one in t's dimension order. None for other producers."""
     obj = t.obj
-    module = {"numpy": "numpy", "torch": "torch", "cupy": "cupy"}.get(t.library)
-    return None if module is None else sys.modules[module].empty_like(obj)
+    if t.library == "torch":
+        return obj.new_empty_strided(tuple(t.shape), tuple(t.strides))
+    if t.library not in ("numpy", "cupy"):
+        return None
+    module = sys.modules[t.library]
+    if 0 in tuple(t.shape) or any(s < 0 for s in t.strides):
+        return module.empty_like(obj)
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
+    byte_strides = tuple(s * obj.itemsize for s in t.strides)
+    if t.library == "numpy":
+        base = module.empty(extent, dtype=obj.dtype)
+        return module.lib.stride_tricks.as_strided(base, tuple(t.shape), byte_strides)
+    with obj.device:  # cupy.empty allocates on the current device, which may not be t's
+        base = module.empty(extent, dtype=obj.dtype)
+        return module.lib.stride_tricks.as_strided(base, tuple(t.shape), byte_strides)
 
 
 # ---- Index tensors and per-head parameters --------------------------------------------------------
@@ -357,5 +387,5 @@ def describe_aux(obj, name, kind, stream=None):
         if cai.get("strides") is not None and tuple(cai["strides"]) != tuple(
                 s * 4 for s in _packed_strides(shape)):
             raise ValueError(f"{name} must be contiguous")
-        return cai["data"][0], shape, getattr(getattr(obj, "device", None), "id", 0), None
+        return _address(cai, name), shape, getattr(getattr(obj, "device", None), "id", 0), None
     raise TypeError(f"{name}: {type(obj).__name__} is not an array this package reads")

@@ -328,6 +328,8 @@ pub enum Layout {
 #[derive(Clone, Copy)]
 pub struct ConfigBuilder {
     raw: sys::fa_config,
+    // Layout::Bhsd's packed strides overflowed i64; build() reports it.
+    bhsd_overflow: bool,
 }
 
 /// Elements each tensor spans from its base pointer (`fa_config_extents`).
@@ -463,8 +465,8 @@ fn host_run_args(config: &Config, args: &RunArgs<'_>) -> Result<sys::fa_run_args
     let cache = layout == sys::FA_LAYOUT_KV_CACHE || layout == sys::FA_LAYOUT_PAGED_KV;
     let paged = layout == sys::FA_LAYOUT_PAGED_KV;
     let mut raw = empty_run_args();
-    raw.cu_seqlens_q = needed("cu_seqlens_q", args.cu_seqlens_q, varlen, batch + 1)?;
-    raw.cu_seqlens_k = needed("cu_seqlens_k", args.cu_seqlens_k, varlen, batch + 1)?;
+    raw.cu_seqlens_q = needed("cu_seqlens_q", args.cu_seqlens_q, varlen, batch.saturating_add(1))?;
+    raw.cu_seqlens_k = needed("cu_seqlens_k", args.cu_seqlens_k, varlen, batch.saturating_add(1))?;
     raw.cache_seqlens = needed("cache_seqlens", args.cache_seqlens, cache, batch)?;
     let pages = batch.saturating_mul(usize_of(r.max_pages_per_seq));
     raw.block_table = needed("block_table", args.block_table, paged, pages)?;
@@ -510,27 +512,31 @@ impl MergeConfig {
         (self.raw.o_batch_stride, self.raw.o_seq_stride, self.raw.o_head_stride) = (batch, seq, head);
         self
     }
-    /// Elements an O tensor spans and an LSE tensor holds; the library validates the values.
+    /// Elements an O tensor spans and an LSE tensor holds, computed with checked arithmetic.
+    /// (0, 0) for a shape the library refuses before it reads any pointer: a size below 1, or
+    /// an extent that overflows i64 (the library bounds them by 2^60 and names the value).
     fn spans(&self) -> (usize, usize) {
         let r = &self.raw;
         let dims = [r.batch, r.seqlen, r.heads, r.head_dim];
         if dims.iter().any(|&n| n < 1) {
-            return (0, 0); // the library refuses the shape and names the size
+            return (0, 0);
         }
         let packed = r.o_batch_stride == 0 && r.o_seq_stride == 0 && r.o_head_stride == 0;
-        let (sb, ss, sh) = if packed {
-            (r.seqlen * r.heads * r.head_dim, r.heads * r.head_dim, r.head_dim)
-        } else {
-            (r.o_batch_stride, r.o_seq_stride, r.o_head_stride)
+        let spans = || -> Option<(usize, usize)> {
+            let (sb, ss, sh) = if packed {
+                let row = r.heads.checked_mul(r.head_dim)?;
+                (r.seqlen.checked_mul(row)?, row, r.head_dim)
+            } else {
+                (r.o_batch_stride, r.o_seq_stride, r.o_head_stride)
+            };
+            let mut span = r.head_dim;
+            for (n, stride) in [(r.batch, sb), (r.seqlen, ss), (r.heads, sh)] {
+                span = (n - 1).checked_mul(stride)?.checked_add(span)?;
+            }
+            let rows = r.batch.checked_mul(r.seqlen)?.checked_mul(r.heads)?;
+            Some((usize::try_from(span).ok()?, usize::try_from(rows).ok()?))
         };
-        let span = (r.batch - 1)
-            .checked_mul(sb)
-            .and_then(|a| (r.seqlen - 1).checked_mul(ss).and_then(|b| a.checked_add(b)))
-            .and_then(|a| (r.heads - 1).checked_mul(sh).and_then(|b| a.checked_add(b)))
-            .and_then(|a| a.checked_add(r.head_dim));
-        let rows = r.batch.checked_mul(r.seqlen).and_then(|a| a.checked_mul(r.heads));
-        let size = |n: Option<i64>| n.and_then(|n| usize::try_from(n).ok()).unwrap_or(usize::MAX);
-        (size(span), size(rows))
+        spans().unwrap_or((0, 0))
     }
 }
 
@@ -557,7 +563,7 @@ impl Config {
         raw.heads_q = heads_q;
         raw.heads_kv = heads_kv;
         raw.head_dim = head_dim;
-        ConfigBuilder { raw }
+        ConfigBuilder { raw, bhsd_overflow: false }
     }
 
     /// The element type.
@@ -599,15 +605,23 @@ impl ConfigBuilder {
     /// `*_strides` call overrides one tensor's. [`Layout::Bshd`] is the default.
     pub fn layout(self, layout: Layout) -> Self {
         let r = self.raw;
-        let (d, sq, sk) = (r.head_dim, r.seqlen_q, r.seqlen_k);
+        let d = r.head_dim;
+        // (batch, seq, head) strides of packed [batch, heads, seq, head_dim]; None when they
+        // overflow i64 (the sizes are the caller's, unchecked until build()).
+        let bhsd = |heads: i64, seq: i64| {
+            let head = seq.checked_mul(d)?;
+            Some((heads.checked_mul(head)?, d, head))
+        };
+        let this = ConfigBuilder { bhsd_overflow: false, ..self };
         match layout {
             // All-zero strides are the library's packed [batch, seq, heads, head_dim].
-            Layout::Bshd => self.q_strides(0, 0, 0).k_strides(0, 0, 0).v_strides(0, 0, 0).o_strides(0, 0, 0),
-            Layout::Bhsd => self
-                .q_strides(r.heads_q * sq * d, d, sq * d)
-                .k_strides(r.heads_kv * sk * d, d, sk * d)
-                .v_strides(r.heads_kv * sk * d, d, sk * d)
-                .o_strides(r.heads_q * sq * d, d, sq * d),
+            Layout::Bshd => this.q_strides(0, 0, 0).k_strides(0, 0, 0).v_strides(0, 0, 0).o_strides(0, 0, 0),
+            Layout::Bhsd => match (bhsd(r.heads_q, r.seqlen_q), bhsd(r.heads_kv, r.seqlen_k)) {
+                (Some((qb, qs, qh)), Some((kb, ks, kh))) => {
+                    this.q_strides(qb, qs, qh).k_strides(kb, ks, kh).v_strides(kb, ks, kh).o_strides(qb, qs, qh)
+                }
+                _ => ConfigBuilder { bhsd_overflow: true, ..this },
+            },
         }
     }
     /// q's (batch, seq, head) strides in elements.
@@ -689,6 +703,17 @@ impl ConfigBuilder {
     }
     /// Validates (`fa_config_validate`): the error names the offending field and value.
     pub fn build(self) -> Result<Config> {
+        if self.bhsd_overflow {
+            let r = &self.raw;
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "Layout::Bhsd: the packed strides heads x seqlen x head_dim overflow i64 \
+                     (heads_q = {}, seqlen_q = {}, heads_kv = {}, seqlen_k = {}, head_dim = {})",
+                    r.heads_q, r.seqlen_q, r.heads_kv, r.seqlen_k, r.head_dim
+                ),
+            ));
+        }
         // Safety: a valid pointer to an initialised config.
         check(unsafe { sys::fa_config_validate(&self.raw) })?;
         Ok(Config { raw: self.raw })
