@@ -7,6 +7,7 @@ import ctypes
 import operator
 import os
 import threading
+import warnings
 from ctypes import (POINTER, Structure, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint, c_void_p)
 from pathlib import Path
@@ -233,6 +234,7 @@ def lib():
                     fn.restype = restype
                     fn.argtypes = argtypes
                 _lib = handle
+                _warn_if_cpu_only_beside_a_gpu(path)
                 break
             else:
                 if os.environ.get("FLASHATTN_LIBRARY"):
@@ -241,6 +243,23 @@ def lib():
                 raise OSError("libflashattn.so not found; tried:\n  " + "\n  ".join(tried) +
                               "\nSet FLASHATTN_LIBRARY to the library's path.")
         return _lib
+
+
+def _nvidia_gpu_present():
+    """Whether this machine has an NVIDIA driver with a device (its control node exists)."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+def _warn_if_cpu_only_beside_a_gpu(path):
+    # A wheel built where CMake found no CUDA compiler is CPU-only (FA_CUDA=OFF), and pip shows
+    # the build's notice only with -v; said once here where it matters: a GPU the library
+    # cannot use. Without a GPU, a CPU-only library is what the machine can run: no warning.
+    if _lib.fa_kernel_count() == 0 and _nvidia_gpu_present():
+        warnings.warn(f"libflashattn ({path}) has no GPU kernels: it was built without CUDA "
+                      "(FA_CUDA=OFF, e.g. where pip found no CUDA compiler), so this machine's "
+                      "NVIDIA GPU cannot be used and GPU contexts raise; install the CUDA Toolkit "
+                      "12+ and reinstall (pip install -v shows the build's messages)",
+                      RuntimeWarning, stacklevel=3)
 
 
 # A library named by FLASHATTN_LIBRARY is loaded at import, so a wrong path fails `import
