@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Times decode points at forced split counts with each decode kernel, to set the split heuristic
-# (src/cuda/device.cpp, make_schedule) and the decode kernel choice (kDecodeKeys).
+# (src/cuda/sm80/family.cpp, schedule) and the decode kernel choice (kDecodeKeys there).
 #   bash tools/sweep_decode_splits.sh build/bench/decode_bench > splits.csv
 set -euo pipefail
 bench=$1

@@ -45,7 +45,7 @@ struct KernelConfig {
   constexpr int64_t threads() const { return int64_t(n_warps) * 32; }
   // mma.sync: Q, K and V tiles, single-buffered; O is staged in Q's region. sm90: the Q tile,
   // `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, and the
-  // pipeline's mbarriers (Q full and empty, K and V full and empty per stage: forward_sm90.cuh's
+  // pipeline's mbarriers (Q full and empty, K and V full and empty per stage: sm90/tile.cuh's
   // Tile::kSmemBytes). In int64: the rules evaluate it
   // on unvalidated configs, whose fields can be anything.
   constexpr int64_t smem_bytes() const {
@@ -139,7 +139,7 @@ constexpr bool sm90_no_mma_sync_knobs(KernelConfig const& c) {
          !c.optimized_softmax;
 }
 // One producer warpgroup and 1 to 3 consumer warpgroups (the register split of
-// forward_sm90.cuh's Tile for each count).
+// sm90/tile.cuh's Tile for each count).
 constexpr bool sm90_warps_ok(KernelConfig const& c) {
   return c.n_warps == 8 || c.n_warps == 12 || c.n_warps == 16;
 }
