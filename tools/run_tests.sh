@@ -44,10 +44,24 @@ banner "set-up: tools/setup.sh test"
 source tools/setup.sh test
 py="$FA_PYTHON"
 
-# PATH without the CUDA Toolkit, for the CPU-only checks.
-nocuda_path="$(tr ':' '\n' <<<"$PATH" | grep -v -i cuda | paste -sd: -)"
 work="$(mktemp -d)"  # this run's scratch: cargo's home, the package tests' environments
 trap 'rm -rf "$work"' EXIT
+# PATH without nvcc, for the CPU-only steps: the toolkit's own directories left out, and any other
+# directory holding an nvcc (images put wrappers around the toolkit in /usr/local/bin) replaced by
+# links to everything else in it.
+nocuda_path=""
+mirrors=0
+while IFS= read -r dir; do
+  [[ -z $dir || ${dir,,} == *cuda* ]] && continue
+  if [[ -e $dir/nvcc ]]; then
+    mirrors=$((mirrors + 1))
+    mirror="$work/path-without-nvcc-$mirrors"
+    mkdir -p "$mirror"
+    for f in "$dir"/*; do [[ ${f##*/} == nvcc ]] || ln -s "$f" "$mirror/"; done
+    dir=$mirror
+  fi
+  nocuda_path+="${nocuda_path:+:}$dir"
+done < <(tr ':' '\n' <<<"$PATH")
 
 # Cargo builds from Debian's packaged crates instead of crates.io (which CI cannot reach): the
 # README's tools/cargo-debian.toml, as the config of a CARGO_HOME of this run only.
