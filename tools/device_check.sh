@@ -2,9 +2,11 @@
 # Build, test, sanitise and benchmark on the GPU machine in one call (device minutes are scarce).
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
-# Steps: build ctest gpu_tests sm90_gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck
-#        sm90_synccheck python_gpu rust_device compare compare_fp16 before_after sweep autotune
-#        decode decode_paged decode_spec varlen copy python_overhead
+# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged example memcheck racecheck
+#        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck python_gpu rust_device
+#        compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec
+#        chunked_prefill varlen copy python_overhead
+# (gpu_features and sm90_paged are parts of gpu_tests, for calls that need only them.)
 # before_after times the built-in choice of this build against another commit's library, back to
 # back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
 # or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
@@ -18,7 +20,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck python_gpu rust_device compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck python_gpu rust_device compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -56,6 +58,8 @@ step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
 step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" \
   --test-case="every registered kernel*"
+step gpu_features "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_features*"
+step sm90_paged "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
 step example "$build/examples/flashattn_example"
 # memcheck: a sample of the kernel tests, and every feature test (malformed indices included).
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
@@ -73,6 +77,8 @@ for tool in memcheck racecheck synccheck; do
     --tool "$tool" --error-exitcode 3 "$build/tests/flashattn_gpu_tests" \
     --test-case="every registered kernel*"
 done
+step sm90_paged_memcheck env FA_GPU_TEST_SAMPLE=3 compute-sanitizer --tool memcheck \
+  --error-exitcode 3 "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
 step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 # The Rust example is built where cargo is (the GPU machine may have none) and carried in .deps/bin:
@@ -100,6 +106,11 @@ step decode_paged "$build/bench/decode_bench" decode --pages 0,16,64,256 --batch
   --kv-lens 8192,32768
 step decode_spec "$build/bench/decode_bench" decode --sq 4,16 --batches 1,8,64 \
   --kv-lens 8192,131072
+# Chunked prefill (issue 16's shapes: chunks of 256 to 4096 causal rows against 8k-32k cached
+# keys, 32/8 heads, d 128), contiguous and paged.
+step chunked_prefill sh -c "for shape in '4 512 8192,32768' '4 2048 16384' '16 256 8192' '1 4096 32768'; do
+  set -- \$shape; '$build/bench/decode_bench' decode --batches \$1 --sq \$2 --kv-lens \$3 \
+    --pages 0,1,16,64,256 --iters 20; done"
 step varlen "$build/bench/decode_bench" varlen
 step copy "$build/bench/decode_bench" copy
 step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
@@ -107,7 +118,7 @@ step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
 grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
-for f in before_after decode decode_paged decode_spec varlen python_overhead; do
+for f in before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
   [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }
 done
 tail -n 12 "$logs/autotune.log" 2>/dev/null

@@ -33,9 +33,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   __syncthreads();
 
   if (tid < 128) {
-    // Producer warpgroup: one thread issues every copy; the others only give registers back.
+    // Producer warpgroup: one warp issues every copy (mainloop_load.cuh); the others only give
+    // registers back.
     regs_dealloc<T::kProducerRegs>();
-    if (tid == 0) load_tiles<T>(params, sm, sched);
+    if (tid < 32) load_tiles<T>(params, sm, sched, tid);
     return;
   }
 

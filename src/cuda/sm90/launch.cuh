@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.hpp"
@@ -51,20 +52,24 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   Params params;
   params.head_group = head_group(p, C.d_head, C.persistent);
   // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
-  // sequence's first); dense problems and caches span [batch, rows]. fa_config_validate refuses empty
-  // packed tensors, which no map can describe.
-  bool const varlen = p.layout == kLayoutVarlen;
+  // sequence's first); dense problems and contiguous caches span [batch, rows]; a paged cache's
+  // K and V maps span its page pool [num_pages, page_size] in boxes of gcd(B_c, page_size) rows
+  // (mainloop_load.cuh). fa_config_validate refuses empty packed tensors, which no map can
+  // describe.
+  bool const varlen = p.layout == kLayoutVarlen, paged = p.layout == kLayoutPagedKv;
   int64_t const q_rows = varlen ? p.total_q : p.seqlen_q;
-  int64_t const k_rows = varlen ? p.total_k : p.seqlen_k;
-  int64_t const map_batch = varlen ? 1 : p.batch;
+  int64_t const k_rows = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
+  int64_t const q_batch = varlen ? 1 : p.batch;
+  int64_t const k_batch = varlen ? 1 : paged ? p.num_pages : p.batch;
   int64_t const heads_kv = p.heads_q / p.q_heads_per_kv;
+  params.kv_box_rows = paged ? std::gcd(C.B_c, p.page_size) : C.B_c;
   for (cudaError_t e :
-       {encode_tile_map(&params.q_map, C.dtype, p.q, C.d_head, q_rows, p.heads_q, map_batch,
+       {encode_tile_map(&params.q_map, C.dtype, p.q, C.d_head, q_rows, p.heads_q, q_batch,
                         p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr),
-        encode_tile_map(&params.k_map, C.dtype, p.k, C.d_head, k_rows, heads_kv, map_batch,
-                        p.k_seq_stride, p.k_head_stride, p.k_batch_stride, T::kBc),
-        encode_tile_map(&params.v_map, C.dtype, p.v, C.d_head, k_rows, heads_kv, map_batch,
-                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, T::kBc)}) {
+        encode_tile_map(&params.k_map, C.dtype, p.k, C.d_head, k_rows, heads_kv, k_batch,
+                        p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows),
+        encode_tile_map(&params.v_map, C.dtype, p.v, C.d_head, k_rows, heads_kv, k_batch,
+                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows)}) {
     if (e != cudaSuccess) return e;
   }
   params.p = p;

@@ -23,6 +23,9 @@ struct Params {
   CUtensorMap k_map;  // 4-D {head_dim, seqlen_k, heads_kv, batch}, box {64, B_c, 1, 1}
   CUtensorMap v_map;
   ForwardParams p;
+  // Rows of a K/V box: B_c, or for a paged cache gcd(B_c, page_size), a multiple of 8, with the
+  // maps spanning the page pool {head_dim, page_size, heads_kv, num_pages} (mainloop_load.cuh).
+  int32_t kv_box_rows;
   // Tile order: the (batch, head) pairs are walked in groups of `head_group`, and within a group
   // query blocks go from the last (the heaviest under a causal mask) to the first, every pair of
   // the group at one block before the next block. A group's K and V stay in L2 while its tiles
