@@ -24,12 +24,15 @@ inline ChoiceKey choice_key(Problem const& p) {
   return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
 }
 
-// The built-in choice's cache key: the shape key plus what else choose_kernel() reads to pick
-// between decode and table kernels (query heads per K/V head, the layout).
-using BuiltinKey = std::tuple<ChoiceKey, int64_t, int>;
+// The built-in choice's cache key: the shape key plus what else choose_kernel() and the
+// families' refusals read to pick between decode and table kernels (query heads per K/V head,
+// the layout, the page size: the sm90 family reads pages of 16 rows but not of 1, so a page-1
+// cache's fallback must not become the pick for a page-16 one of the same shape).
+using BuiltinKey = std::tuple<ChoiceKey, int64_t, int, int64_t>;
 
 inline BuiltinKey builtin_key(Problem const& p) {
-  return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout)};
+  return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout),
+          p.page_size};
 }
 
 // Shapes whose built-in choice a context remembers: about 100 bytes each, 400 KiB in all.

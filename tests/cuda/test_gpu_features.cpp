@@ -349,6 +349,50 @@ TEST_CASE("every sm90 kernel reads paged caches in boxes of gcd(B_c, page_size) 
   if (kernels >= 2) CHECK(refused > 0);  // 4 cases a kernel: two kernels span the 7 sizes
 }
 
+TEST_CASE("the choice for a paged cache depends on its page size, not on the shape's first plan") {
+  Gpu gpu;
+  // A chunked prefill whose sm90 pick cannot read pages of 1 row (boxes under 8) but reads pages
+  // of 16: planned at page 1 first, the same shape at page 16 still gets the sm90 family.
+  for (auto [dtype, dim] : compiled_shapes()) {
+    FeatureCase c;
+    c.dtype = dtype;
+    c.head_dim = dim;
+    c.layout = FA_LAYOUT_PAGED_KV;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.sq = {512};
+    c.sk = {2048};
+    c.causal = true;
+    c.num_splits = 1;
+    int families[2] = {-1, -1};
+    for (int i = 0; i < 2; ++i) {
+      c.page_size = i == 0 ? 1 : 16;
+      FeatureData d = fa_test::make_feature_data(c, 31);
+      fa_plan_t* plan = nullptr;
+      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+      fa_kernel_config k;
+      fa_kernel_config_init(&k);
+      REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
+      families[i] = k.family;
+      fa_plan_destroy(plan);
+    }
+    // Page 1 is the mma.sync family's; page 16 is the sm90 family's where this device picks it
+    // for the dense cache of the same shape.
+    CHECK(families[0] == FA_FAMILY_MMA_SYNC);
+    c.layout = FA_LAYOUT_KV_CACHE;
+    c.page_size = 0;
+    FeatureData dense = fa_test::make_feature_data(c, 32);
+    fa_plan_t* plan = nullptr;
+    REQUIRE(fa_plan_create(gpu.ctx, &dense.config, &plan) == FA_STATUS_SUCCESS);
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
+    fa_plan_destroy(plan);
+    INFO("dtype " << dtype << " d " << dim);
+    CHECK(families[1] == k.family);
+  }
+}
+
 TEST_CASE("fa_forward_ex: automatic splits need a workspace, forced ones fail without") {
   Gpu gpu;
   FeatureCase c;
