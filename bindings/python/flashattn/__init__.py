@@ -486,8 +486,10 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
     tq = _tensors.describe(q, "q", handle)
     if handle is None:
         handle = tq.stream
-    tk = _tensors.describe(k, "k", handle)
-    tv = _tensors.describe(v, "v", handle)
+    # q read through its attributes (no DLPack capsule): tq.stream is its device's current one.
+    known = (tq.device, tq.stream) if tq.library == "torch" and tq.keepalive is None else None
+    tk = _tensors.describe(k, "k", handle, known)
+    tv = _tensors.describe(v, "v", handle, known)
     varlen = features[0] == "varlen"
     if len(tq.shape) != (3 if varlen else 4):
         what = "(total_q, heads_q, head_dim)" if varlen else _LAYOUTS[layout][2]
@@ -514,7 +516,7 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
         o = _tensors.empty_like(tq, tq.shape)
     elif _read_only(o):
         raise ValueError("out is read-only")
-    to = _tensors.describe(o, "out", handle)
+    to = _tensors.describe(o, "out", handle, known)
     tlse = None
     if return_lse:
         seq, heads, _ = _LAYOUTS[layout]
@@ -640,14 +642,13 @@ def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=(), workspac
             # capture a block of the graph's private pool). A producer this package cannot
             # allocate with runs unsplit when the split was the library's own choice.
             try:
-                scratch = _tensors.empty_like(tq, ((plan.workspace + 3) // 4,), float32=True)
+                scratch, ptr = _tensors.empty_scratch(tq, (plan.workspace + 3) // 4, handle)
             except TypeError:
                 if key[0][5] > 1:  # a forced num_splits
                     raise
             else:
                 keepalive.append(scratch)
-                fields += [(_RUN_FIELD["workspace"],
-                            _tensors.describe_aux(scratch, "workspace", "float32", handle)[0]),
+                fields += [(_RUN_FIELD["workspace"], ptr),
                            (_RUN_FIELD["workspace_size"], plan.workspace)]
         words, address = _run_args()
         words[1:] = _RUN_NULLS

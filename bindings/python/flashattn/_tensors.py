@@ -176,17 +176,19 @@ def _torch_reader():
     return _torch
 
 
-def _from_torch(t, stream, reader):
+def _from_torch(t, stream, reader, known=None):
     """A CUDA tensor read through its attributes, or None where only __dlpack__ gives the right
     answer or error: another device type or dtype, a tensor that requires grad or has the
     negative bit set (DLPack refuses or resolves those), a sparse or nested layout, or a stream
-    other than the tensor's current one (DLPack makes that stream wait for the current one)."""
+    other than the tensor's current one (DLPack makes that stream wait for the current one).
+    `known` is (device, current stream) read off another tensor of the call, or None."""
     code = reader.codes.get(t.dtype)
     if (code is None or not t.is_cuda or t.requires_grad or t.layout is not reader.strided
             or t.is_nested or t.is_neg()):
         return None
     device = t.get_device()
-    current = reader.current_stream(device)
+    current = known[1] if known is not None and known[0] == device else \
+        reader.current_stream(device)
     if stream is not None and (0 if stream == _LEGACY_STREAM else stream) != current:
         return None
     return Tensor(t.data_ptr(), t.shape, t.stride(), code, device, "torch", t, current)
@@ -254,16 +256,18 @@ def _from_cai(obj, cai, name, stream):
                   _cai_stream(cai) if stream is None else stream)
 
 
-def describe(obj, name, stream=None):
+def describe(obj, name, stream=None, known=None):
     """A Tensor for `obj`: a numpy array, a PyTorch tensor, a DLPack producer, or a CUDA array
     interface. `stream` is the handle of the stream the call runs on, or None for the producer's
-    current stream (then the Tensor's `stream` says which that is)."""
+    current stream (then the Tensor's `stream` says which that is). `known` is (device, current
+    stream) of a PyTorch tensor described before in the same call on the same thread (the
+    current stream is per device and thread), or None: k, v and out skip reading it again."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray):
         return _from_numpy(obj, name)
     reader = _torch_reader()
     if reader is not None and type(obj) is reader.tensor:
-        t = _from_torch(obj, stream, reader)
+        t = _from_torch(obj, stream, reader, known)
         if t is not None:
             return t
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
@@ -328,6 +332,15 @@ def empty_like(t, shape, float32=False):
             return cupy.empty(shape, dtype=cupy.float32 if float32 else obj.dtype)
     raise TypeError(f"cannot allocate an output for {type(obj).__name__}: pass out= (and lse "
                     "through return_lse with out given as a (o, lse) pair)")
+
+
+def empty_scratch(t, floats, stream):
+    """(array, address) of a new float32 array of `floats` elements allocated by t's library on
+    t's device: split-KV scratch."""
+    scratch = empty_like(t, (floats,), float32=True)
+    if t.library == "torch":  # fresh and contiguous: its address alone (0.1 us, not 0.8)
+        return scratch, scratch.data_ptr()
+    return scratch, describe_aux(scratch, "workspace", "float32", stream)[0]
 
 
 def empty_strided_like(t):

@@ -133,3 +133,16 @@ def test_numpy_strides_in_elements():
     odd = np.lib.stride_tricks.as_strided(np.zeros(64, np.float32), (1, 1, 2, 4), (4, 4, 6, 4))
     with pytest.raises(ValueError, match="not whole elements"):
         _tensors.describe(odd, "q")
+
+
+def test_a_known_current_stream_is_not_read_again(torch, monkeypatch):
+    """k, v and out of a call reuse q's (device, current stream); another device reads its own."""
+    reads = []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream",
+                        lambda d: reads.append(d) or CURRENT[d])
+    q = _tensors.describe(torch.Tensor(), "q")
+    assert reads == [0]
+    k = _tensors.describe(torch.Tensor(), "k", q.stream, known=(q.device, q.stream))
+    assert reads == [0] and k.stream == 0xC0DE
+    other = _tensors.describe(torch.Tensor(device=1), "k", 0, known=(q.device, q.stream))
+    assert reads == [0, 1] and other.stream == 0
