@@ -728,6 +728,16 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     layout : {"bshd", "bhsd"}
         The dimension order of q, k, v and out: (batch, seq, heads, head_dim), the library's
         own, or (batch, heads, seq, head_dim), PyTorch's ``scaled_dot_product_attention`` order.
+    workspace : array, optional
+        GPU only: a contiguous float32 array on q's device holding the split-KV scratch of a
+        plan that splits the keys (the library splits decode-like problems by itself; see
+        forward_kvcache's ``num_splits``): the call then allocates nothing but its outputs, and
+        a CUDA graph that captured it keeps using this array, which the caller keeps alive.
+        ``num_splits * rows * heads_q * (head_dim + 1)`` floats suffice (rows = batch *
+        seqlen_q, or total_q; at most 256 splits). A smaller one makes an automatic split run
+        unsplit, and a forced one raise WorkspaceTooSmallError. None allocates the scratch with
+        q's library per call (PyTorch: from its caching allocator, and inside a graph capture
+        from the graph's pool). The CPU backend needs none.
 
     Returns
     -------
@@ -794,7 +804,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         Upper bounds of the sequences' lengths.
         k and v must have at least one row when q has one (ValueError otherwise, as forward()
         refuses seqlen_k = 0).
-    causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel
+    causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel, workspace
         As forward(); masks are aligned per sequence (bottom-right).
     return_lse : bool
         Also return the float32 log-sum-exp, ``(heads_q, total_q)``.
@@ -851,9 +861,12 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     num_splits : int
         Split each sequence's keys across this many thread blocks (split-KV), merged by a
         second kernel; 0 lets the library choose from the batch, heads, lengths and the GPU's
-        SMs, 1 never splits. The workspace it needs is allocated with q's library.
+        SMs, 1 never splits. The workspace it needs comes from ``workspace`` or is allocated
+        with q's library (see forward()).
     causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, return_lse, stream, kernel
         As forward() (``bshd`` layout).
+    workspace : array, optional
+        As forward().
 
     Returns
     -------

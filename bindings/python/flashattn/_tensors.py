@@ -7,6 +7,7 @@ This runs on every forward() call, so each reader takes the cheapest route its p
 numpy's attributes, PyTorch's C-level tensor methods (about 1 us a tensor, where torch's Python
 __dlpack__ costs about 20: it looks up two streams and allocates a capsule), and one read of the
 CUDA array interface per object."""
+import collections
 import ctypes
 import functools
 import sys
@@ -46,27 +47,24 @@ _capsule_get_pointer.restype = ctypes.c_void_p
 _capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-class Tensor:
+class Tensor(collections.namedtuple("Tensor", "ptr shape strides dtype device library obj stream "
+                                           "keepalive")):
     """One array as the C API sees it, in the caller's dimension order.
 
     ptr: address of element 0; shape; strides in elements; dtype: fa_dtype; device: CUDA ordinal
     or _ffi.FA_DEVICE_CPU; library: "numpy", "torch", "cupy" or "" (another producer); obj: the
     array; stream: the stream handle the array was exported for (0: the legacy default stream);
-    keepalive: what must outlive the call (a DLPack capsule)."""
+    keepalive: what must outlive the call (a DLPack capsule), or None.
 
-    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "library", "obj", "stream",
-                 "keepalive")
+    A tuple made by _tensor(), whose fields read in C: a class with an __init__ ran one more
+    Python frame per array (four per forward() call), and in a process whose frames cost more
+    (a frame-evaluation hook, as torch.compile's, or a profiler) every frame counts."""
 
-    def __init__(self, ptr, shape, strides, dtype, device, library, obj, stream, keepalive=None):
-        self.ptr = ptr
-        self.shape = shape
-        self.strides = strides
-        self.dtype = dtype
-        self.device = device
-        self.library = library
-        self.obj = obj
-        self.stream = stream
-        self.keepalive = keepalive
+    __slots__ = ()
+
+
+# A Tensor from a tuple of its fields, in C (a partial of tuple.__new__: no Python frame).
+_tensor = functools.partial(tuple.__new__, Tensor)
 
 
 @functools.lru_cache(maxsize=None)  # one entry per array type
@@ -140,8 +138,15 @@ _addressof, _c_char = ctypes.addressof, ctypes.c_char
 def _from_numpy(arr, name):
     dtype = arr.dtype
     code, itemsize = _numpy_codes.get(dtype) or _numpy_code(dtype, name)
-    return Tensor(_numpy_address(arr), arr.shape, _element_strides(arr.strides, itemsize, name),
-                  code, _ffi.FA_DEVICE_CPU, "numpy", arr, 0)
+    # _numpy_address() and _element_strides() inline: two Python frames less per array.
+    try:
+        ptr = _addressof(_c_char.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        ptr = arr.ctypes.data
+    strides = _whole_elements(arr.strides, itemsize)
+    if strides is None:
+        raise ValueError(f"{name}: strides {arr.strides} are not whole elements")
+    return _tensor((ptr, arr.shape, strides, code, _ffi.FA_DEVICE_CPU, "numpy", arr, 0, None))
 
 
 # ---- PyTorch --------------------------------------------------------------------------------------
@@ -191,7 +196,7 @@ def _from_torch(t, stream, reader, known=None):
         reader.current_stream(device)
     if stream is not None and (0 if stream == _LEGACY_STREAM else stream) != current:
         return None
-    return Tensor(t.data_ptr(), t.shape, t.stride(), code, device, "torch", t, current)
+    return _tensor((t.data_ptr(), t.shape, t.stride(), code, device, "torch", t, current, None))
 
 
 # ---- DLPack and the CUDA array interface ----------------------------------------------------------
@@ -219,8 +224,8 @@ def _from_dlpack(obj, name, stream):
     shape = tuple(t.shape[:ndim])
     strides = tuple(t.strides[:ndim]) if t.strides else _packed_strides(shape)
     device = device_id if device_type in (_DL_CUDA, _DL_CUDA_MANAGED) else _ffi.FA_DEVICE_CPU
-    return Tensor((t.data or 0) + t.byte_offset, shape, strides, code, device, _library_of(obj),
-                  obj, stream or 0, keepalive=capsule)
+    return _tensor(((t.data or 0) + t.byte_offset, shape, strides, code, device,
+                    _library_of(obj), obj, stream or 0, capsule))
 
 
 def _cai_stream(cai):
@@ -252,8 +257,8 @@ def _from_cai(obj, cai, name, stream):
     else:
         strides = _element_strides(byte_strides, itemsize, name)
     device = getattr(getattr(obj, "device", None), "id", 0)
-    return Tensor(_address(cai, name), shape, strides, code, device, _library_of(obj), obj,
-                  _cai_stream(cai) if stream is None else stream)
+    return _tensor((_address(cai, name), shape, strides, code, device, _library_of(obj), obj,
+                    _cai_stream(cai) if stream is None else stream, None))
 
 
 def describe(obj, name, stream=None, known=None):
@@ -265,7 +270,9 @@ def describe(obj, name, stream=None, known=None):
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray):
         return _from_numpy(obj, name)
-    reader = _torch_reader()
+    reader = _torch  # _torch_reader() inline: one Python frame less per array
+    if reader is None or reader.module is not sys.modules.get("torch"):
+        reader = _torch_reader()
     if reader is not None and type(obj) is reader.tensor:
         t = _from_torch(obj, stream, reader, known)
         if t is not None:
