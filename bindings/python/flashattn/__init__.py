@@ -92,7 +92,7 @@ _LAYOUTS = {"bshd": (1, 2, "(batch, seq, heads, head_dim)"),
 # process holds hundreds (decode steps per batch size and paging, prefill chunks, every
 # forward_varlen token count), and a plan is about a kilobyte of host memory; a sweep over
 # thousands of shapes still holds a bounded number. A lookup costs the same with 1 or 1024 plans
-# (a hash of the call's key, about 0.3 us).
+# (a hash of the call's key, 0.5 us on the CI machine).
 _PLANS_PER_CONTEXT = 1024
 
 
@@ -276,9 +276,9 @@ def _context(device):
 # Everything the problem of a call depends on; q, k, v and o are (shape, strides, fa_dtype,
 # device) in the caller's layout. Pointers are not part of it: the library checks them per run.
 # The plan cache is keyed by the flat tuple _prepare() builds (features, layout, causal,
-# softmax_scale, kernel, then shape, strides, dtype and device of q, k, v and o): one tuple of 21
-# items hashes in 0.3 us where this namedtuple of four nested tuples took 1.5 us to build and
-# hash; a miss turns it into a _Key (_make_plan) for the config.
+# softmax_scale, kernel, then shape, strides, dtype and device of q, k, v and o): building and
+# hashing one tuple of 21 items takes 0.5 us on the CI machine, this namedtuple of four nested
+# tuples 1.9; a miss turns it into a _Key (_make_plan) for the config.
 _Key = collections.namedtuple("_Key", "layout causal softmax_scale kernel q k v o features")
 
 # The inference features of a call (fa_config's 0.3 fields): mode is "dense", "varlen", "kvcache"
@@ -497,7 +497,7 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
                          f"{tuple(tq.shape)}")
     if out is None:
         o = lse = None
-    elif type(out) is tuple:
+    elif isinstance(out, tuple):
         o, lse = out
         if lse is not None and not return_lse:
             raise ValueError("out=(o, lse) writes lse only with return_lse=True")
@@ -575,8 +575,8 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 
 # fa_run_args as machine words: field -> index (every field is 8 bytes on the 64-bit platforms
 # the library builds for). Each thread fills its own struct (_run_args) word by word: building
-# a fa_run_args per call, initialising it through ctypes and setting pointers with ctypes.cast
-# cost 6 to 10 us of forward_kvcache's and forward_varlen's calls.
+# a fa_run_args per call, initialising it through ctypes and setting one pointer with
+# ctypes.cast took 5 us on the CI machine, each further pointer 1 more.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _RUN_FIELD = {name: getattr(_ffi.fa_run_args, name).offset // _WORD
               for name, _ in _ffi.fa_run_args._fields_}
@@ -976,7 +976,9 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
 
 
 # One fa_merge_config per merge shape, built once (a struct, its init call and eight checked
-# fields cost 8 us a call) and only read by the library afterwards, so threads share it.
+# fields cost 7 us a call on the CI machine, and declaring fa_merge_states per call, which the
+# context's _Owner now holds, 6 more) and only read by the library afterwards, so threads
+# share it.
 @functools.lru_cache(maxsize=_PLANS_PER_CONTEXT)
 def _merge_config(dtype, batch, seqlen, heads, dim, batch_stride, seq_stride, head_stride):
     """(fa_merge_config, its address) of one merge."""
