@@ -514,9 +514,11 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
                              "1/sqrt(head_dim)")
     if o is None:
         o = _tensors.empty_like(tq, tq.shape)
+        to = _tensors.describe_new(o, tq, "out", handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
-    to = _tensors.describe(o, "out", handle, known)
+    else:
+        to = _tensors.describe(o, "out", handle, known)
     tlse = None
     if return_lse:
         seq, heads, _ = _LAYOUTS[layout]
@@ -524,9 +526,11 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
                     (tq.shape[0], tq.shape[heads], tq.shape[seq]))
         if lse is None:
             lse = _tensors.empty_like(tq, expected, float32=True)
+            tlse = _tensors.describe_new(lse, tq, "lse", handle)
         elif _read_only(lse):
             raise ValueError("lse is read-only")
-        tlse = _tensors.describe(lse, "lse", handle)
+        else:
+            tlse = _tensors.describe(lse, "lse", handle, known)
         # An empty array's strides carry no meaning (producers differ), so only its shape counts.
         packed = (expected[1], 1) if varlen else (expected[1] * expected[2], expected[2], 1)
         if tuple(tlse.shape) != expected or tlse.dtype != _ffi.FA_DTYPE_FP32 or (

@@ -341,6 +341,19 @@ def empty_like(t, shape, float32=False):
                     "through return_lse with out given as a (o, lse) pair)")
 
 
+def describe_new(obj, t, name, stream):
+    """describe(obj, name, stream) of an array that empty_like(t, ...) has just allocated. A
+    PyTorch tensor read through its attributes has the current stream, t's device and a dense
+    layout by construction, so only its address, shape and strides are read (0.2 us, not 1)."""
+    if t.library == "torch" and t.keepalive is None:
+        code = _torch.codes[obj.dtype]
+        return _tensor((obj.data_ptr(), obj.shape, obj.stride(), code, t.device, "torch", obj,
+                        t.stream, None))
+    if t.library == "numpy":
+        return _from_numpy(obj, name)
+    return describe(obj, name, stream)
+
+
 def empty_scratch(t, floats, stream):
     """(array, address) of a new float32 array of `floats` elements allocated by t's library on
     t's device: split-KV scratch."""

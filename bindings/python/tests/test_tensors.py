@@ -146,3 +146,14 @@ def test_a_known_current_stream_is_not_read_again(torch, monkeypatch):
     assert reads == [0] and k.stream == 0xC0DE
     other = _tensors.describe(torch.Tensor(device=1), "k", 0, known=(q.device, q.stream))
     assert reads == [0, 1] and other.stream == 0
+
+
+def test_new_outputs_are_described_as_describe_does(torch):
+    """describe_new() reads a just-allocated PyTorch output through three attributes; what it
+    returns is what describe() returns, for out (q's dtype) and lse (float32)."""
+    q = _tensors.describe(torch.Tensor(), "q")
+    for shape, float32 in (((1, 16, 2, 64), False), ((1, 2, 16), True)):
+        new = _tensors.empty_like(q, shape, float32=float32)
+        fast = _tensors.describe_new(new, q, "out", q.stream)
+        assert fast == _tensors.describe(new, "out", q.stream)
+        assert fast.dtype == (_ffi.FA_DTYPE_FP32 if float32 else _ffi.FA_DTYPE_BF16)
