@@ -132,3 +132,28 @@ def test_merge_states_replays_with_new_inputs(torch):
     for x in (o_a, o_b, lse_a, lse_b):
         x.copy_(torch.randn(*x.shape, dtype=x.dtype))
     _replay_matches_eager(torch, graph, captured, fn)
+
+
+def test_calls_with_their_outputs_and_workspace_allocate_nothing(torch):
+    """With out= and workspace= a call makes no allocation at all (PyTorch's allocator counts
+    none), so a graph of it holds only the caller's memory."""
+    batch, hq, hkv, d, pages, page = 8, 32, 8, 128, 64, 16
+    q = _randn(torch, batch, 1, hq, d)
+    cache = _randn(torch, pages, page, hkv, d)
+    lens = torch.full((batch,), 100, device="cuda", dtype=torch.int32)
+    table = torch.arange(batch * 8, device="cuda", dtype=torch.int32).reshape(batch, 8) % pages
+    o, lse = torch.empty_like(q), torch.empty(batch, hq, 1, device="cuda")
+    workspace = torch.empty(256 * batch * hq * (d + 1), device="cuda")
+    calls = [
+        lambda: flashattn.forward_kvcache(q, cache, cache, cache_seqlens=lens, block_table=table,
+                                          out=(o, lse), return_lse=True, workspace=workspace),
+        lambda: flashattn.forward_kvcache(q, cache, cache, cache_seqlens=lens, num_splits=4,
+                                          block_table=table, out=o, workspace=workspace),
+        lambda: flashattn.forward(q, q, q, out=o),
+        lambda: flashattn.merge_states(o, lse, o, lse, out=(o, lse)),
+    ]
+    for call in calls:
+        call()  # the plan
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        call()
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
