@@ -88,10 +88,12 @@ __all__ = [
 _LAYOUTS = {"bshd": (1, 2, "(batch, seq, heads, head_dim)"),
             "bhsd": (2, 1, "(batch, heads, seq, head_dim)")}
 
-# Distinct problems whose plans a context keeps (least recently used dropped first): more than
-# the shapes of a model's layers and decode steps, few enough that a sweep over thousands of
-# shapes holds a bounded number of plans.
-_PLANS_PER_CONTEXT = 256
+# Distinct problems whose plans a context keeps (least recently used dropped first): a serving
+# process holds hundreds (decode steps per batch size and paging, prefill chunks, every
+# forward_varlen token count), and a plan is about a kilobyte of host memory; a sweep over
+# thousands of shapes still holds a bounded number. A lookup costs the same with 1 or 1024 plans
+# (a hash of the call's key, 0.5 us on the CI machine).
+_PLANS_PER_CONTEXT = 1024
 
 
 _INT32 = (-2**31, 2**31 - 1)
@@ -111,6 +113,13 @@ def _integer(name, value, bounds=_INT64):
     if not bounds[0] <= value <= bounds[1]:
         raise ValueError(f"{name} = {value} is outside [{bounds[0]}, {bounds[1]}]")
     return value
+
+
+def _int64(name, value):
+    """_integer(name, value) with a fast path for a Python int in range (0.1 us, not 0.5)."""
+    if type(value) is int and _INT64[0] <= value <= _INT64[1]:
+        return value
+    return _integer(name, value)
 
 
 def _flag(name, value):
@@ -167,12 +176,13 @@ class _Owner:
     """Owns one fa_context_t*. Contexts and their cached plans hold it, so the context is
     destroyed after the last plan made from it, as the header requires."""
 
-    __slots__ = ("handle", "run", "run_ex", "_destroy")
+    __slots__ = ("handle", "run", "run_ex", "merge", "_destroy")
 
     def __init__(self, handle):
         self.handle = handle
         self.run = _ffi.raw("fa_plan_run")
         self.run_ex = _ffi.raw("fa_plan_run_ex")
+        self.merge = _ffi.raw("fa_merge_states")
         self._destroy = _ffi.lib().fa_context_destroy
 
     def __del__(self):
@@ -212,7 +222,7 @@ class Context:
     Notes
     -----
     A context keeps a plan (``fa_plan_create``) per problem that forward() has run on it, up to
-    256, so a repeated call skips validation and kernel selection and only launches.
+    1024, so a repeated call skips validation and kernel selection and only launches.
     """
 
     def __init__(self, device: Optional[int] = None) -> None:
@@ -265,6 +275,10 @@ def _context(device):
 
 # Everything the problem of a call depends on; q, k, v and o are (shape, strides, fa_dtype,
 # device) in the caller's layout. Pointers are not part of it: the library checks them per run.
+# The plan cache is keyed by the flat tuple _prepare() builds (features, layout, causal,
+# softmax_scale, kernel, then shape, strides, dtype and device of q, k, v and o): building and
+# hashing one tuple of 21 items takes 0.5 us on the CI machine, this namedtuple of four nested
+# tuples 1.9; a miss turns it into a _Key (_make_plan) for the config.
 _Key = collections.namedtuple("_Key", "layout causal softmax_scale kernel q k v o features")
 
 # The inference features of a call (fa_config's 0.3 fields): mode is "dense", "varlen", "kvcache"
@@ -272,7 +286,8 @@ _Key = collections.namedtuple("_Key", "layout causal softmax_scale kernel q k v 
 # fa_alibi (0 none, 1 per head, 2 per batch and head); extra is the mode's sizes: varlen
 # (batch, max_seqlen_q, max_seqlen_k), paged (max_pages_per_seq,).
 _Features = collections.namedtuple("_Features", "mode window softcap alibi sinks num_splits extra")
-_DENSE = _Features("dense", (-1, -1), 0.0, 0, False, 0, ())
+_NO_WINDOW = (-1, -1)  # the functions' default, recognised by identity: no parsing
+_DENSE = _Features("dense", _NO_WINDOW, 0.0, 0, False, 0, ())
 
 
 def _config(key):
@@ -426,18 +441,25 @@ def _dense_config(key):
     return cfg
 
 
-def _make_plan(owner, key):
-    """A _Plan for `key` on owner's context (the pinned kernel's when key.kernel is a name), or
-    None when there is nothing to compute. Context._plans caches it."""
-    cfg = _config(key)
+def _structured(flat):
+    """The _Key of a flat key."""
+    return _Key(flat[1], flat[2], flat[3], flat[4], flat[5:9], flat[9:13], flat[13:17],
+                flat[17:21], _Features._make(flat[0]))
+
+
+def _make_plan(owner, flat):
+    """A _Plan for the flat key `flat` (_prepare) on owner's context (the pinned kernel's when
+    the key names one), or None when there is nothing to compute. Context._plans caches it."""
+    cfg = _config(_structured(flat))
     if cfg is None:
         return None
     lib = _ffi.lib()
     plan = _ffi.fa_plan_p()
-    if key.kernel is None:
+    kernel = flat[4]
+    if kernel is None:
         check(lib.fa_plan_create(owner.handle, ctypes.byref(cfg), ctypes.byref(plan)))
     else:
-        kc = _kernel_config(key.kernel)
+        kc = _kernel_config(kernel)
         check(lib.fa_plan_create_with_kernel(owner.handle, ctypes.byref(cfg), ctypes.byref(kc),
                                              ctypes.byref(plan)))
     return _Plan(plan.value, owner)
@@ -451,59 +473,74 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
              features=_DENSE):
     """Describes the arrays, allocates missing outputs, resolves the stream; returns the
     described q, k, v, out and lse (None unless return_lse), the out and lse objects, the stream
-    handle and the problem's _Key."""
+    handle and the problem's flat key (see _Key)."""
     if layout not in _LAYOUTS:
         raise ValueError(f"layout {layout!r} is neither 'bshd' nor 'bhsd'")
-    causal = _flag("causal", causal)
-    return_lse = _flag("return_lse", return_lse)
+    if causal is not True and causal is not False:
+        causal = _flag("causal", causal)
+    if return_lse is not True and return_lse is not False:
+        return_lse = _flag("return_lse", return_lse)
     if kernel is not None and not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str), got {type(kernel).__name__}")
-    seq, heads, dims = _LAYOUTS[layout]
-    handle = _tensors.stream_handle(stream)
+    handle = None if stream is None else _tensors.stream_handle(stream)
     tq = _tensors.describe(q, "q", handle)
     if handle is None:
         handle = tq.stream
-    tk = _tensors.describe(k, "k", handle)
-    tv = _tensors.describe(v, "v", handle)
-    varlen = features.mode == "varlen"
-    rank = 3 if varlen else 4
-    if len(tq.shape) != rank:
-        what = "(total_q, heads_q, head_dim)" if varlen else dims
-        raise ValueError(f"q must have {rank} dimensions {what}, got shape {tuple(tq.shape)}")
-    o, lse = out if isinstance(out, tuple) else (out, None)
-    if lse is not None and not return_lse:
-        raise ValueError("out=(o, lse) writes lse only with return_lse=True")
-    if softmax_scale is not None and ctypes.c_float(float(softmax_scale)).value == 0.0:
-        # 0 is the C API's "1/sqrt(head_dim)": a scale that is (or rounds to) 0 in float32
-        # would silently become the default.
-        raise ValueError(f"softmax_scale = {softmax_scale} is 0 in float32; pass None for "
-                         "1/sqrt(head_dim)")
+    # q read through its attributes (no DLPack capsule): tq.stream is its device's current one.
+    known = (tq.device, tq.stream) if tq.library == "torch" and tq.keepalive is None else None
+    tk = _tensors.describe(k, "k", handle, known)
+    tv = _tensors.describe(v, "v", handle, known)
+    varlen = features[0] == "varlen"
+    if len(tq.shape) != (3 if varlen else 4):
+        what = "(total_q, heads_q, head_dim)" if varlen else _LAYOUTS[layout][2]
+        raise ValueError(f"q must have {3 if varlen else 4} dimensions {what}, got shape "
+                         f"{tuple(tq.shape)}")
+    if out is None:
+        o = lse = None
+    elif isinstance(out, tuple):
+        o, lse = out
+        if lse is not None and not return_lse:
+            raise ValueError("out=(o, lse) writes lse only with return_lse=True")
+    else:
+        o, lse = out, None
+    if softmax_scale is None:
+        scale = 0.0
+    else:
+        scale = float(softmax_scale)
+        if ctypes.c_float(scale).value == 0.0:
+            # 0 is the C API's "1/sqrt(head_dim)": a scale that is (or rounds to) 0 in float32
+            # would silently become the default.
+            raise ValueError(f"softmax_scale = {softmax_scale} is 0 in float32; pass None for "
+                             "1/sqrt(head_dim)")
     if o is None:
         o = _tensors.empty_like(tq, tq.shape)
+        to = _tensors.describe_new(o, tq, "out", handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
-    to = _tensors.describe(o, "out", handle)
+    else:
+        to = _tensors.describe(o, "out", handle, known)
     tlse = None
     if return_lse:
+        seq, heads, _ = _LAYOUTS[layout]
         expected = ((tq.shape[1], tq.shape[0]) if varlen else
                     (tq.shape[0], tq.shape[heads], tq.shape[seq]))
         if lse is None:
             lse = _tensors.empty_like(tq, expected, float32=True)
+            tlse = _tensors.describe_new(lse, tq, "lse", handle)
         elif _read_only(lse):
             raise ValueError("lse is read-only")
-        tlse = _tensors.describe(lse, "lse", handle)
+        else:
+            tlse = _tensors.describe(lse, "lse", handle, known)
         # An empty array's strides carry no meaning (producers differ), so only its shape counts.
         packed = (expected[1], 1) if varlen else (expected[1] * expected[2], expected[2], 1)
         if tuple(tlse.shape) != expected or tlse.dtype != _ffi.FA_DTYPE_FP32 or (
                 tuple(tlse.strides) != packed and 0 not in expected):
             raise ValueError(f"lse must be a contiguous float32 array of shape {expected}")
-    if tq.device == _ffi.FA_DEVICE_CPU and stream is not None:
+    if stream is not None and tq.device == _ffi.FA_DEVICE_CPU:
         raise ValueError("stream= applies to GPU tensors only")
-    key = _Key(layout, bool(causal), 0.0 if softmax_scale is None else float(softmax_scale),
-               kernel, (tq.shape, tq.strides, tq.dtype, tq.device),
-               (tk.shape, tk.strides, tk.dtype, tk.device),
-               (tv.shape, tv.strides, tv.dtype, tv.device),
-               (to.shape, to.strides, to.dtype, to.device), features)
+    key = (features, layout, causal, scale, kernel,
+           tq.shape, tq.strides, tq.dtype, tq.device, tk.shape, tk.strides, tk.dtype, tk.device,
+           tv.shape, tv.strides, tv.dtype, tv.device, to.shape, to.strides, to.dtype, to.device)
     return tq, tk, tv, to, tlse, o, lse, handle, key
 
 
@@ -517,8 +554,13 @@ def _window(window):
 
 
 def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_splits=0, extra=()):
-    """The _Features of a call; ALiBi's mode comes from the slopes' shape ((heads_q,) or
-    (batch, heads_q))."""
+    """The features of a call as a plain tuple in _Features' order (equal to, and hashing as,
+    the _Features a plan is made from); ALiBi's mode comes from the slopes' shape ((heads_q,)
+    or (batch, heads_q))."""
+    if (window is _NO_WINDOW and alibi_slopes is None and type(num_splits) is int
+            and num_splits == 0 and softcap == 0.0):
+        # The defaults, as a serving loop passes them: 0.3 us, where parsing them takes 1.2.
+        return (mode, _NO_WINDOW, 0.0, 0, sinks is not None, 0, extra)
     alibi = _ffi.FA_ALIBI_NONE
     if alibi_slopes is not None:
         shape = tuple(_tensors.describe_aux(alibi_slopes, "alibi_slopes", "float32")[1])
@@ -531,69 +573,116 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
                              f"({batch}, {heads_q})")
     if softcap is None or softcap < 0:
         raise ValueError(f"softcap = {softcap} must be >= 0 (0: off)")
-    return _Features(mode, _window(window), float(softcap), alibi, sinks is not None,
-                     _integer("num_splits", num_splits, _INT32), tuple(extra))
+    return (mode, _window(window), float(softcap), alibi, sinks is not None,
+            _integer("num_splits", num_splits, _INT32), tuple(extra))
 
 
-def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=()):
-    """Runs `key`'s plan on the described arrays; `aux` holds (field, array, kind, shape) of the
-    run-time arguments (index tensors, slopes, sinks), which must live on q's device and have
-    that shape (None: checked by the caller): the library reads as many entries as the config
-    says, so a shorter array would be read past its end."""
+# fa_run_args as machine words: field -> index (every field is 8 bytes on the 64-bit platforms
+# the library builds for). Each thread fills its own struct (_run_args) word by word: building
+# a fa_run_args per call, initialising it through ctypes and setting one pointer with
+# ctypes.cast took 5 us on the CI machine, each further pointer 1 more.
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+_RUN_FIELD = {name: getattr(_ffi.fa_run_args, name).offset // _WORD
+              for name, _ in _ffi.fa_run_args._fields_}
+_RUN_WORDS = ctypes.sizeof(_ffi.fa_run_args) // _WORD
+_RUN_NULLS = (None,) * (_RUN_WORDS - 1)  # every field after struct_size
+_thread = threading.local()
+
+
+def _run_args():
+    """This thread's fa_run_args as (words, address). Per thread because ctypes releases the GIL
+    during the library call, which reads the struct: another thread must not refill it then."""
+    try:
+        return _thread.run_args
+    except AttributeError:
+        args = _ffi.fa_run_args()
+        check(_ffi.lib().fa_run_args_init(ctypes.byref(args)))
+        # The array view holds a reference to args, so the pair keeps the struct alive.
+        _thread.run_args = ((ctypes.c_void_p * _RUN_WORDS).from_buffer(args),
+                            ctypes.addressof(args))
+        return _thread.run_args
+
+
+def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=(), workspace=None):
+    """Runs `key`'s plan on the described arrays; `aux` holds (field, array, kind, shape,
+    described) of the run-time arguments (index tensors, slopes, sinks), which must live on q's
+    device and have that shape (None: checked by the caller): the library reads as many entries
+    as the config says, so a shorter array would be read past its end. `described` is the
+    array's describe_aux() result where the caller already has it, else None. `workspace` is the
+    caller's float32 scratch array, or None."""
     ctx = _contexts.get(tq.device) or _context(tq.device)
     plan = ctx._plans(key)
     if plan is None:
         return (o, lse) if return_lse else o
-    lse_ptr = tlse.ptr if tlse else None
-    if not aux and plan.workspace == 0:
+    lse_ptr = None if tlse is None else tlse.ptr
+    if not aux and not plan.workspace and workspace is None:
         status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr, None, 0,
                                 handle)
     else:
-        args = _ffi.fa_run_args()
-        check(_ffi.lib().fa_run_args_init(ctypes.byref(args)))
-        keepalive = []
-        for field, arr, kind, shape in aux:
-            ptr, got, device, keep = _tensors.describe_aux(arr, field, kind, handle)
+        # Every pointer is read before the struct is filled: a producer's __dlpack__ runs Python.
+        fields, keepalive = [], []
+        for field, arr, kind, shape, described in aux:
+            ptr, got, device, keep = (described if described is not None and described[3] is None
+                                      else _tensors.describe_aux(arr, field, kind, handle))
             keepalive.append(keep)
             if shape is not None and tuple(got) != shape:
                 raise ValueError(f"{field} has shape {tuple(got)}; expected {shape}")
             if device != tq.device:
                 raise ValueError(f"{field} is on device {device}, q on {tq.device}")
-            setattr(args, field, ctypes.cast(ptr, type(getattr(args, field))))
-        workspace = None
-        if plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
+            fields.append((_RUN_FIELD[field], ptr))
+        if workspace is not None:
+            ptr, got, device, keep = _tensors.describe_aux(workspace, "workspace", "float32",
+                                                           handle)
+            keepalive.append(keep)
+            if device != tq.device:
+                raise ValueError(f"workspace is on device {device}, q on {tq.device}")
+            size = 4
+            for n in got:
+                size *= n
+            fields += [(_RUN_FIELD["workspace"], ptr), (_RUN_FIELD["workspace_size"], size)]
+        elif plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
             # Split-KV partials, allocated by q's library on its stream-ordered allocator
-            # (PyTorch's caching allocator makes this a free-list pop). A producer this package
-            # cannot allocate with runs unsplit when the split was the library's own choice.
+            # (PyTorch's caching allocator makes this a free-list pop, and inside a CUDA graph
+            # capture a block of the graph's private pool). A producer this package cannot
+            # allocate with runs unsplit when the split was the library's own choice.
             try:
-                workspace = _tensors.empty_like(tq, ((plan.workspace + 3) // 4,), float32=True)
+                scratch, ptr = _tensors.empty_scratch(tq, (plan.workspace + 3) // 4, handle)
             except TypeError:
-                if key.features.num_splits > 1:
+                if key[0][5] > 1:  # a forced num_splits
                     raise
-            if workspace is not None:
-                args.workspace = _tensors.describe(workspace, "workspace", handle).ptr
-                args.workspace_size = plan.workspace
-        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr,
-                                   ctypes.addressof(args), handle)
+            else:
+                keepalive.append(scratch)
+                fields += [(_RUN_FIELD["workspace"], ptr),
+                           (_RUN_FIELD["workspace_size"], plan.workspace)]
+        words, address = _run_args()
+        words[1:] = _RUN_NULLS
+        for index, value in fields:
+            words[index] = value
+        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr, address,
+                                   handle)
         del keepalive  # the run has read the pointers (a GPU run: enqueued them)
     if status:
         check(status)
     return (o, lse) if return_lse else o
 
 
-def _aux(shapes, **arrays):
-    """The run-time arguments given, as _run takes them; shapes maps a name to the shape it must
-    have (alibi_slopes and block_table are checked where their shape selects the mode)."""
-    kinds = {"alibi_slopes": "float32", "sinks": "float32"}
-    return tuple((name, arr, kinds.get(name, "int32"), shapes.get(name))
-                 for name, arr in arrays.items() if arr is not None)
+def _aux(*entries):
+    """The run-time arguments given, as _run takes them, from (name, array, shape) or (name,
+    array, shape, described) entries: shape is the shape the array must have (None: alibi_slopes
+    and block_table are checked where their shape selects the mode)."""
+    return tuple((e[0], e[1], _AUX_KINDS.get(e[0], "int32"), e[2], e[3] if len(e) > 3 else None)
+                 for e in entries if e[1] is not None)
+
+
+_AUX_KINDS = {"alibi_slopes": "float32", "sinks": "float32"}
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
-            softmax_scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+            softmax_scale: Optional[float] = None, window: Tuple[int, int] = _NO_WINDOW,
             softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None, out: Any = None,
             return_lse: bool = False, stream: Any = None, kernel: Optional[str] = None,
-            layout: Literal["bshd", "bhsd"] = "bshd") -> Union[Any, Tuple[Any, Any]]:
+            layout: Literal["bshd", "bhsd"] = "bshd",
+            workspace: Any = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention forward: ``softmax(scale * q k^T) v`` per query head, without materialising
     the score matrix.
 
@@ -643,6 +732,16 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     layout : {"bshd", "bhsd"}
         The dimension order of q, k, v and out: (batch, seq, heads, head_dim), the library's
         own, or (batch, heads, seq, head_dim), PyTorch's ``scaled_dot_product_attention`` order.
+    workspace : array, optional
+        GPU only: a contiguous float32 array on q's device holding the split-KV scratch of a
+        plan that splits the keys (the library splits decode-like problems by itself; see
+        forward_kvcache's ``num_splits``): the call then allocates nothing but its outputs, and
+        a CUDA graph that captured it keeps using this array, which the caller keeps alive.
+        ``num_splits * rows * heads_q * (head_dim + 1)`` floats suffice (rows = batch *
+        seqlen_q, or total_q; at most 256 splits). A smaller one makes an automatic split run
+        unsplit, and a forced one raise WorkspaceTooSmallError. None allocates the scratch with
+        q's library per call (PyTorch: from its caching allocator, and inside a graph capture
+        from the graph's pool). The CPU backend needs none.
 
     Returns
     -------
@@ -671,25 +770,26 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     The first call for a problem (shapes, strides, dtypes, flags) makes a plan and keeps it in
     the device's context; later calls only launch it.
     """
-    features = _DENSE
-    heads_q = 0
-    if window != (-1, -1) or softcap or alibi_slopes is not None or sinks is not None:
+    if window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None:
+        features, aux = _DENSE, ()
+    else:
         shape = getattr(q, "shape", (0, 0, 0, 0))
         seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
         heads_q = shape[heads] if len(shape) == 4 else 0
         features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0], heads_q)
+        aux = _aux(("alibi_slopes", alibi_slopes, None), ("sinks", sinks, (heads_q,)))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, layout, features)
-    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux({"sinks": (heads_q,)}, alibi_slopes=alibi_slopes, sinks=sinks))
+    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux, workspace)
 
 
 def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
                    max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
-                   softmax_scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+                   softmax_scale: Optional[float] = None, window: Tuple[int, int] = _NO_WINDOW,
                    softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None,
                    out: Any = None, return_lse: bool = False, stream: Any = None,
-                   kernel: Optional[str] = None) -> Union[Any, Tuple[Any, Any]]:
+                   kernel: Optional[str] = None,
+                   workspace: Any = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention over a batch of variable-length sequences packed along one token dimension
     (FlashAttention's ``flash_attn_varlen_func``).
 
@@ -708,7 +808,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         Upper bounds of the sequences' lengths.
         k and v must have at least one row when q has one (ValueError otherwise, as forward()
         refuses seqlen_k = 0).
-    causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel
+    causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel, workspace
         As forward(); masks are aligned per sequence (bottom-right).
     return_lse : bool
         Also return the float32 log-sum-exp, ``(heads_q, total_q)``.
@@ -720,29 +820,31 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     lse : array
         Only with ``return_lse``.
     """
-    cu_shape = tuple(_tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32")[1])
+    cu_q = _tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32")
+    cu_shape = tuple(cu_q[1])
     if len(cu_shape) != 1 or cu_shape[0] < 1:
         raise ValueError(f"cu_seqlens_q must have shape (batch + 1,), got {cu_shape}")
     batch = cu_shape[0] - 1
     heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
     features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
-                         extra=(batch, _integer("max_seqlen_q", max_seqlen_q),
-                                _integer("max_seqlen_k", max_seqlen_k)))
+                         extra=(batch, _int64("max_seqlen_q", max_seqlen_q),
+                                _int64("max_seqlen_k", max_seqlen_k)))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features)
     return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux({"cu_seqlens_q": (batch + 1,), "cu_seqlens_k": (batch + 1,),
-                      "sinks": (heads_q,)},
-                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                     alibi_slopes=alibi_slopes, sinks=sinks))
+                _aux(("cu_seqlens_q", cu_seqlens_q, (batch + 1,), cu_q),
+                     ("cu_seqlens_k", cu_seqlens_k, (batch + 1,)),
+                     ("alibi_slopes", alibi_slopes, None), ("sinks", sinks, (heads_q,))),
+                workspace)
 
 
 def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
                     block_table: Any = None, num_splits: int = 0, causal: bool = False,
-                    softmax_scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+                    softmax_scale: Optional[float] = None, window: Tuple[int, int] = _NO_WINDOW,
                     softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None,
                     out: Any = None, return_lse: bool = False, stream: Any = None,
-                    kernel: Optional[str] = None) -> Union[Any, Tuple[Any, Any]]:
+                    kernel: Optional[str] = None,
+                    workspace: Any = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention of new query rows against a key/value cache, contiguous or paged
     (FlashAttention's ``flash_attn_with_kvcache`` without the cache append).
 
@@ -763,9 +865,12 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     num_splits : int
         Split each sequence's keys across this many thread blocks (split-KV), merged by a
         second kernel; 0 lets the library choose from the batch, heads, lengths and the GPU's
-        SMs, 1 never splits. The workspace it needs is allocated with q's library.
+        SMs, 1 never splits. The workspace it needs comes from ``workspace`` or is allocated
+        with q's library (see forward()).
     causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, return_lse, stream, kernel
         As forward() (``bshd`` layout).
+    workspace : array, optional
+        As forward().
 
     Returns
     -------
@@ -773,12 +878,13 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         ``(batch, seqlen_q, heads_q, head_dim)``; with ``return_lse`` also the float32
         ``(batch, heads_q, seqlen_q)`` LSE.
     """
-    shape = tuple(getattr(q, "shape", ()))
+    shape = getattr(q, "shape", ())
     batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
     if block_table is None:
-        mode, extra = "kvcache", ()
+        mode, extra, table = "kvcache", (), None
     else:
-        table_shape = tuple(_tensors.describe_aux(block_table, "block_table", "int32")[1])
+        table = _tensors.describe_aux(block_table, "block_table", "int32")
+        table_shape = tuple(table[1])
         if len(table_shape) != 2 or table_shape[0] != batch:
             raise ValueError(f"block_table has shape {table_shape}; expected ({batch}, "
                              "max_pages_per_seq)")
@@ -789,9 +895,10 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
                                                           stream, causal, softmax_scale, kernel,
                                                           "bshd", features)
     return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux({"cache_seqlens": (batch,), "sinks": (heads_q,)},
-                     cache_seqlens=cache_seqlens, block_table=block_table,
-                     alibi_slopes=alibi_slopes, sinks=sinks))
+                _aux(("cache_seqlens", cache_seqlens, (batch,)),
+                     ("block_table", block_table, None, table),
+                     ("alibi_slopes", alibi_slopes, None), ("sinks", sinks, (heads_q,))),
+                workspace)
 
 
 def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
@@ -820,7 +927,7 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
         ``lse = log(exp(lse_a) + exp(lse_b))`` and ``o = exp(lse_a - lse) o_a + exp(lse_b - lse)
         o_b``; a side with ``lse = -inf`` contributes nothing.
     """
-    handle = _tensors.stream_handle(stream)
+    handle = None if stream is None else _tensors.stream_handle(stream)
     ta = _tensors.describe(o_a, "o_a", handle)
     if handle is None:
         handle = ta.stream
@@ -861,18 +968,31 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
             raise ValueError(f"{name} must have o_a's dtype and device")
     if batch * seqlen * heads * dim == 0:
         return o, lse
-    cfg = _ffi.fa_merge_config()
-    lib = _ffi.lib()
-    check(lib.fa_merge_config_init(ctypes.byref(cfg)))
-    cfg.dtype = ta.dtype
-    cfg.batch, cfg.seqlen, cfg.heads, cfg.head_dim = batch, seqlen, heads, dim
-    cfg.o_batch_stride, cfg.o_seq_stride, cfg.o_head_stride = ta.strides[:3]
-    ctx = _context(ta.device)
-    f = _ffi.raw("fa_merge_states")
-    check(f(ctx._handle, ctypes.addressof(cfg), ta.ptr, lses[0], tb.ptr, lses[1], to.ptr, lses[2],
-            None if ta.device == _ffi.FA_DEVICE_CPU else handle))
+    ctx = _contexts.get(ta.device) or _context(ta.device)
+    # Held through the call: another thread may drop it from the cache meanwhile.
+    cfg = _merge_config(ta.dtype, batch, seqlen, heads, dim, *ta.strides[:3])
+    status = ctx._owner.merge(ctx._handle, cfg[1], ta.ptr, lses[0], tb.ptr, lses[1], to.ptr,
+                              lses[2], None if ta.device == _ffi.FA_DEVICE_CPU else handle)
     del keepalive  # the capsules kept lse_a, lse_b and lse alive through the call
+    if status:
+        check(status)
     return o, lse
+
+
+# One fa_merge_config per merge shape, built once (a struct, its init call and eight checked
+# fields cost 7 us a call on the CI machine, and declaring fa_merge_states per call, which the
+# context's _Owner now holds, 6 more) and only read by the library afterwards, so threads
+# share it.
+@functools.lru_cache(maxsize=_PLANS_PER_CONTEXT)
+def _merge_config(dtype, batch, seqlen, heads, dim, batch_stride, seq_stride, head_stride):
+    """(fa_merge_config, its address) of one merge."""
+    cfg = _ffi.fa_merge_config()
+    check(_ffi.lib().fa_merge_config_init(ctypes.byref(cfg)))
+    cfg.dtype = dtype
+    cfg.batch, cfg.seqlen, cfg.heads, cfg.head_dim = batch, seqlen, heads, dim
+    cfg.o_batch_stride, cfg.o_seq_stride, cfg.o_head_stride = (batch_stride, seq_stride,
+                                                               head_stride)
+    return cfg, ctypes.addressof(cfg)
 
 
 def autotune(q: Any, k: Any, v: Any, *, causal: bool = False,
@@ -901,7 +1021,7 @@ def autotune(q: Any, k: Any, v: Any, *, causal: bool = False,
     """
     tq, tk, tv, to, _, _, _, handle, key = _prepare(q, k, v, out, False, stream, causal,
                                                     softmax_scale, None, layout)
-    cfg = _config(key)
+    cfg = _config(_structured(key))
     if cfg is None:
         raise ValueError(f"q has no query row (shape {tuple(tq.shape)}): nothing to tune")
     ctx = _context(tq.device)

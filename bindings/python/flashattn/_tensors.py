@@ -7,6 +7,7 @@ This runs on every forward() call, so each reader takes the cheapest route its p
 numpy's attributes, PyTorch's C-level tensor methods (about 1 us a tensor, where torch's Python
 __dlpack__ costs about 20: it looks up two streams and allocates a capsule), and one read of the
 CUDA array interface per object."""
+import collections
 import ctypes
 import functools
 import sys
@@ -46,27 +47,24 @@ _capsule_get_pointer.restype = ctypes.c_void_p
 _capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-class Tensor:
+class Tensor(collections.namedtuple("Tensor", "ptr shape strides dtype device library obj stream "
+                                           "keepalive")):
     """One array as the C API sees it, in the caller's dimension order.
 
     ptr: address of element 0; shape; strides in elements; dtype: fa_dtype; device: CUDA ordinal
     or _ffi.FA_DEVICE_CPU; library: "numpy", "torch", "cupy" or "" (another producer); obj: the
     array; stream: the stream handle the array was exported for (0: the legacy default stream);
-    keepalive: what must outlive the call (a DLPack capsule)."""
+    keepalive: what must outlive the call (a DLPack capsule), or None.
 
-    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "library", "obj", "stream",
-                 "keepalive")
+    A tuple made by _tensor(), whose fields read in C: a class with an __init__ ran one more
+    Python frame per array (four per forward() call), and in a process whose frames cost more
+    (a frame-evaluation hook, as torch.compile's, or a profiler) every frame counts."""
 
-    def __init__(self, ptr, shape, strides, dtype, device, library, obj, stream, keepalive=None):
-        self.ptr = ptr
-        self.shape = shape
-        self.strides = strides
-        self.dtype = dtype
-        self.device = device
-        self.library = library
-        self.obj = obj
-        self.stream = stream
-        self.keepalive = keepalive
+    __slots__ = ()
+
+
+# A Tensor from a tuple of its fields, in C (a partial of tuple.__new__: no Python frame).
+_tensor = functools.partial(tuple.__new__, Tensor)
 
 
 @functools.lru_cache(maxsize=None)  # one entry per array type
@@ -124,11 +122,31 @@ def _numpy_code(dtype, name):
     return _numpy_codes[dtype]
 
 
+def _numpy_address(arr):
+    """The address of arr's first element. A writable contiguous array lends its buffer to a
+    ctypes object (0.5 us on the CI machine); arr.ctypes builds a helper object (1.5 us), taken
+    for the others (read-only, strided or empty: from_buffer refuses them)."""
+    try:
+        return _addressof(_c_char.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        return arr.ctypes.data
+
+
+_addressof, _c_char = ctypes.addressof, ctypes.c_char
+
+
 def _from_numpy(arr, name):
     dtype = arr.dtype
     code, itemsize = _numpy_codes.get(dtype) or _numpy_code(dtype, name)
-    return Tensor(arr.ctypes.data, arr.shape, _element_strides(arr.strides, itemsize, name), code,
-                  _ffi.FA_DEVICE_CPU, "numpy", arr, 0)
+    # _numpy_address() and _element_strides() inline: two Python frames less per array.
+    try:
+        ptr = _addressof(_c_char.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        ptr = arr.ctypes.data
+    strides = _whole_elements(arr.strides, itemsize)
+    if strides is None:
+        raise ValueError(f"{name}: strides {arr.strides} are not whole elements")
+    return _tensor((ptr, arr.shape, strides, code, _ffi.FA_DEVICE_CPU, "numpy", arr, 0, None))
 
 
 # ---- PyTorch --------------------------------------------------------------------------------------
@@ -163,20 +181,22 @@ def _torch_reader():
     return _torch
 
 
-def _from_torch(t, stream, reader):
+def _from_torch(t, stream, reader, known=None):
     """A CUDA tensor read through its attributes, or None where only __dlpack__ gives the right
     answer or error: another device type or dtype, a tensor that requires grad or has the
     negative bit set (DLPack refuses or resolves those), a sparse or nested layout, or a stream
-    other than the tensor's current one (DLPack makes that stream wait for the current one)."""
+    other than the tensor's current one (DLPack makes that stream wait for the current one).
+    `known` is (device, current stream) read off another tensor of the call, or None."""
     code = reader.codes.get(t.dtype)
     if (code is None or not t.is_cuda or t.requires_grad or t.layout is not reader.strided
             or t.is_nested or t.is_neg()):
         return None
     device = t.get_device()
-    current = reader.current_stream(device)
+    current = known[1] if known is not None and known[0] == device else \
+        reader.current_stream(device)
     if stream is not None and (0 if stream == _LEGACY_STREAM else stream) != current:
         return None
-    return Tensor(t.data_ptr(), t.shape, t.stride(), code, device, "torch", t, current)
+    return _tensor((t.data_ptr(), t.shape, t.stride(), code, device, "torch", t, current, None))
 
 
 # ---- DLPack and the CUDA array interface ----------------------------------------------------------
@@ -204,8 +224,8 @@ def _from_dlpack(obj, name, stream):
     shape = tuple(t.shape[:ndim])
     strides = tuple(t.strides[:ndim]) if t.strides else _packed_strides(shape)
     device = device_id if device_type in (_DL_CUDA, _DL_CUDA_MANAGED) else _ffi.FA_DEVICE_CPU
-    return Tensor((t.data or 0) + t.byte_offset, shape, strides, code, device, _library_of(obj),
-                  obj, stream or 0, keepalive=capsule)
+    return _tensor(((t.data or 0) + t.byte_offset, shape, strides, code, device,
+                    _library_of(obj), obj, stream or 0, capsule))
 
 
 def _cai_stream(cai):
@@ -237,20 +257,24 @@ def _from_cai(obj, cai, name, stream):
     else:
         strides = _element_strides(byte_strides, itemsize, name)
     device = getattr(getattr(obj, "device", None), "id", 0)
-    return Tensor(_address(cai, name), shape, strides, code, device, _library_of(obj), obj,
-                  _cai_stream(cai) if stream is None else stream)
+    return _tensor((_address(cai, name), shape, strides, code, device, _library_of(obj), obj,
+                    _cai_stream(cai) if stream is None else stream, None))
 
 
-def describe(obj, name, stream=None):
+def describe(obj, name, stream=None, known=None):
     """A Tensor for `obj`: a numpy array, a PyTorch tensor, a DLPack producer, or a CUDA array
     interface. `stream` is the handle of the stream the call runs on, or None for the producer's
-    current stream (then the Tensor's `stream` says which that is)."""
+    current stream (then the Tensor's `stream` says which that is). `known` is (device, current
+    stream) of a PyTorch tensor described before in the same call on the same thread (the
+    current stream is per device and thread), or None: k, v and out skip reading it again."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray):
         return _from_numpy(obj, name)
-    reader = _torch_reader()
+    reader = _torch  # _torch_reader() inline: one Python frame less per array
+    if reader is None or reader.module is not sys.modules.get("torch"):
+        reader = _torch_reader()
     if reader is not None and type(obj) is reader.tensor:
-        t = _from_torch(obj, stream, reader)
+        t = _from_torch(obj, stream, reader, known)
         if t is not None:
             return t
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
@@ -317,6 +341,28 @@ def empty_like(t, shape, float32=False):
                     "through return_lse with out given as a (o, lse) pair)")
 
 
+def describe_new(obj, t, name, stream):
+    """describe(obj, name, stream) of an array that empty_like(t, ...) has just allocated. A
+    PyTorch tensor read through its attributes has the current stream, t's device and a dense
+    layout by construction, so only its address, shape and strides are read (0.2 us, not 1)."""
+    if t.library == "torch" and t.keepalive is None:
+        code = _torch.codes[obj.dtype]
+        return _tensor((obj.data_ptr(), obj.shape, obj.stride(), code, t.device, "torch", obj,
+                        t.stream, None))
+    if t.library == "numpy":
+        return _from_numpy(obj, name)
+    return describe(obj, name, stream)
+
+
+def empty_scratch(t, floats, stream):
+    """(array, address) of a new float32 array of `floats` elements allocated by t's library on
+    t's device: split-KV scratch."""
+    scratch = empty_like(t, (floats,), float32=True)
+    if t.library == "torch":  # fresh and contiguous: its address alone (0.1 us, not 0.8)
+        return scratch, scratch.data_ptr()
+    return scratch, describe_aux(scratch, "workspace", "float32", stream)[0]
+
+
 def empty_strided_like(t):
     """A new array with t's shape, dtype and strides, dense or not (a view with o_a's gaps into
     a buffer of its extent: fa_merge_config has one set of strides for o_a, o_b and o); for
@@ -327,6 +373,8 @@ def empty_strided_like(t):
     if t.library not in ("numpy", "cupy"):
         return None
     module = sys.modules[t.library]
+    if obj.flags.c_contiguous:  # the common case, without as_strided's 10 us
+        return empty_like(t, t.shape)
     if 0 in tuple(t.shape) or any(s < 0 for s in t.strides):
         return module.empty_like(obj)
     extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
@@ -346,6 +394,11 @@ _AUX = {"int32": ("int32", "<i4", (0, 32), "int32"),
         "float32": ("float32", "<f4", (_DL_FLOAT, 32), "float32")}
 
 
+@functools.lru_cache(maxsize=None)  # one entry per kind
+def _numpy_aux_dtype(numpy, np_name):
+    return numpy.dtype(np_name)
+
+
 def describe_aux(obj, name, kind, stream=None):
     """(pointer, shape, device, keepalive) of a contiguous int32 or float32 array (cu_seqlens,
     cache lengths, block tables, ALiBi slopes, sinks): numpy, PyTorch, DLPack or
@@ -354,11 +407,14 @@ def describe_aux(obj, name, kind, stream=None):
     np_name, typestr, dl_code, torch_name = _AUX[kind]
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray):
-        if obj.dtype.name != np_name:
-            raise TypeError(f"{name} must be {kind}, got {obj.dtype.name}")
+        # The native dtype is one object per type; dtype.name (6 us on the CI machine, more
+        # than the rest of this branch) only for another.
+        dtype = obj.dtype
+        if dtype is not _numpy_aux_dtype(numpy, np_name) and dtype.name != np_name:
+            raise TypeError(f"{name} must be {kind}, got {dtype.name}")
         if not obj.flags.c_contiguous:
             raise ValueError(f"{name} must be contiguous")
-        return obj.ctypes.data, obj.shape, _ffi.FA_DEVICE_CPU, None
+        return _numpy_address(obj), obj.shape, _ffi.FA_DEVICE_CPU, None
     reader = _torch_reader()
     if reader is not None and type(obj) is reader.tensor:
         if obj.dtype != getattr(reader.module, torch_name):

@@ -318,3 +318,19 @@ def test_kvcache_varlen_merge_on_torch_cuda(page_size):
     # bf16 inputs against the fp32 CPU result: the inputs' own rounding dominates.
     np.testing.assert_allclose(o.float().cpu().numpy(), expected, atol=2e-2)
     np.testing.assert_allclose(lse.cpu().numpy(), expected_lse, atol=2e-2)
+
+
+def test_a_caller_workspace_is_checked_and_used():
+    # The split-KV scratch of workspace= is the caller's: float32 on q's device; the CPU backend
+    # needs none and computes the same result with it.
+    rng = np.random.default_rng(15)
+    q, k, v = rand(rng, 2, 1, 4, 16), rand(rng, 2, 9, 2, 16), rand(rng, 2, 9, 2, 16)
+    lens = np.array([9, 4], np.int32)
+    want = flashattn.forward_kvcache(q, k, v, cache_seqlens=lens)
+    got = flashattn.forward_kvcache(q, k, v, cache_seqlens=lens,
+                                    workspace=np.zeros(4096, np.float32))
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(TypeError, match="workspace must be float32"):
+        flashattn.forward_kvcache(q, k, v, cache_seqlens=lens, workspace=np.zeros(8, np.int32))
+    with pytest.raises(ValueError, match="workspace must be contiguous"):
+        flashattn.forward(q, k, k, workspace=np.zeros(8, np.float32)[::2])

@@ -133,3 +133,27 @@ def test_numpy_strides_in_elements():
     odd = np.lib.stride_tricks.as_strided(np.zeros(64, np.float32), (1, 1, 2, 4), (4, 4, 6, 4))
     with pytest.raises(ValueError, match="not whole elements"):
         _tensors.describe(odd, "q")
+
+
+def test_a_known_current_stream_is_not_read_again(torch, monkeypatch):
+    """k, v and out of a call reuse q's (device, current stream); another device reads its own."""
+    reads = []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream",
+                        lambda d: reads.append(d) or CURRENT[d])
+    q = _tensors.describe(torch.Tensor(), "q")
+    assert reads == [0]
+    k = _tensors.describe(torch.Tensor(), "k", q.stream, known=(q.device, q.stream))
+    assert reads == [0] and k.stream == 0xC0DE
+    other = _tensors.describe(torch.Tensor(device=1), "k", 0, known=(q.device, q.stream))
+    assert reads == [0, 1] and other.stream == 0
+
+
+def test_new_outputs_are_described_as_describe_does(torch):
+    """describe_new() reads a just-allocated PyTorch output through three attributes; what it
+    returns is what describe() returns, for out (q's dtype) and lse (float32)."""
+    q = _tensors.describe(torch.Tensor(), "q")
+    for shape, float32 in (((1, 16, 2, 64), False), ((1, 2, 16), True)):
+        new = _tensors.empty_like(q, shape, float32=float32)
+        fast = _tensors.describe_new(new, q, "out", q.stream)
+        assert fast == _tensors.describe(new, "out", q.stream)
+        assert fast.dtype == (_ffi.FA_DTYPE_FP32 if float32 else _ffi.FA_DTYPE_BF16)
