@@ -8,12 +8,16 @@ CMake runs this at configure time with the build's options; it writes, into --ou
                                         so builds parallelise);
   registry_generated.cpp                calls every group's registration function;
   families_generated.cpp                find_family(): the families this build compiles;
+  family_configs_generated.cpp          family_configs(): every family's config rules and names,
+                                        in every build (the CPU-only one validates and names
+                                        every family's configs too);
+  config_sources.txt                    every family's config.cpp (those rules), for CMake;
   kernels.txt                           the short names of all kernels, in registry order (the tests
                                         check the built registry against it);
   families.txt                          one line per family built: its folder and the one arch it
                                         compiles for alone ("-": the build's arch list), for CMake;
   sources_<family>.txt                  each family's sources, for CMake: its generated .cu files and
-                                        the host .cpp files of its folder.
+                                        the host .cpp files of its folder but config.cpp.
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
 
 Kernel sets (--kernel-set):
@@ -90,7 +94,7 @@ class KernelConfig:
 
 def canonical(c):
     """The config that compiles to the same code and is registered in c's place
-    (fa::canonical in src/core/kernel_config.hpp: the same three rules)."""
+    (canonical() in src/cuda/sm80/config.hpp: the same three rules)."""
     if c.family != 0:
         return c
     k, v = c.K_tiles, c.V_tiles
@@ -279,8 +283,9 @@ def write_if_changed(path, text):
 @dataclasses.dataclass(frozen=True)
 class KernelFamily:
     """A kernel family: the folder src/cuda/<folder>/ and the namespace fa::cuda::<folder>, which
-    hold its kernels (launch.cuh defines register_kernel<C>), its rules (kFamily, the answers to
-    src/cuda/family.hpp) and its host sources (*.cpp)."""
+    hold its kernels (launch.cuh defines register_kernel<C>), its config rules and names (kId and
+    kConfig in config.hpp, the answers to src/core/family_config.hpp, host only), its rules for
+    problems (kFamily, the answers to src/cuda/family.hpp) and its host sources (*.cpp)."""
     id: int         # KernelConfig::family (fa_kernel_config.family)
     folder: str
     arch: str       # the generated files' stem: fa_fwd_<arch>_...
@@ -387,12 +392,26 @@ def main():
                      "  switch (family) {\n" +
                      "".join(f"    case {f.id}: return &{f.folder}::kFamily;\n" for f in built) +
                      "  }\n  return nullptr;\n}\n\n}  // namespace fa::cuda\n")
+    write_if_changed(os.path.join(args.out, "family_configs_generated.cpp"),
+                     BANNER + '#include "core/family_config.hpp"\n' +
+                     "".join(f'#include "cuda/{f.folder}/config.hpp"\n' for f in FAMILIES) +
+                     "\nnamespace fa {\n\n" +
+                     "".join(f'static_assert(cuda::{f.folder}::kId == {f.id}, '
+                             f'"tools/generate_kernels.py FAMILIES and {f.folder}/config.hpp agree");\n'
+                             for f in FAMILIES) +
+                     "\nstd::span<FamilyConfig const* const> family_configs() {\n"
+                     "  static constexpr FamilyConfig const* kFamilies[] = {" +
+                     ", ".join(f"&cuda::{f.folder}::kConfig" for f in FAMILIES) + "};\n"
+                     "  return kFamilies;\n}\n\n}  // namespace fa\n")
+    write_if_changed(os.path.join(args.out, "config_sources.txt"),
+                     "".join(os.path.normpath(os.path.join(SRC_DIR, "cuda", f.folder, "config.cpp")) +
+                             "\n" for f in FAMILIES))
     write_if_changed(os.path.join(args.out, "families.txt"),
                      "".join(f"{f.folder} {f.own_arch or '-'}\n" for f in built))
     for f in built:
         folder = os.path.join(SRC_DIR, "cuda", f.folder)
         host = sorted(os.path.normpath(os.path.join(folder, name)) for name in os.listdir(folder)
-                      if name.endswith(".cpp"))
+                      if name.endswith(".cpp") and name != "config.cpp")
         write_if_changed(os.path.join(args.out, f"sources_{f.folder}.txt"),
                          "".join(path + "\n" for path in sources[f.id] + host))
 

@@ -474,7 +474,7 @@ fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
 
 bool kernel_config_holds(fa_kernel_config const& out, int32_t family) {
   return out.struct_size >= sizeof(fa_kernel_config) ||
-         (out.struct_size >= kKernelConfigSize_0_2 && family == kMmaSync);
+         (out.struct_size >= kKernelConfigSize_0_2 && family == FA_FAMILY_MMA_SYNC);
 }
 
 fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
@@ -485,7 +485,7 @@ fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
                 "fa_kernel_config.struct_size = %zu is smaller than %zu: initialise it with "
                 "fa_kernel_config_init()%s",
                 out->struct_size, sizeof(fa_kernel_config),
-                in.family != kMmaSync ? " (a 0.2 struct cannot hold an sm90 kernel)" : "");
+                in.family != FA_FAMILY_MMA_SYNC ? " (a 0.2 struct cannot hold an sm90 kernel)" : "");
   }
   out->dtype = static_cast<int32_t>(in.dtype);
   out->d_head = in.d_head;

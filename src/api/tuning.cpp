@@ -152,7 +152,7 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
     using fa::cuda::KernelEntry;
     if (fa_status s = fa::require_gpu(ctx, "fa_autotune"); s != FA_STATUS_SUCCESS) return s;
     // A caller built against 0.2 passes a struct that holds mma.sync kernels only.
-    if (best != nullptr && !fa::kernel_config_holds(*best, fa::kMmaSync)) {
+    if (best != nullptr && !fa::kernel_config_holds(*best, FA_FAMILY_MMA_SYNC)) {
       return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
                       "best->struct_size = %zu is smaller than %zu: initialise it with "
                       "fa_kernel_config_init()",
