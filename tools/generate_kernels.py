@@ -68,20 +68,11 @@ class KernelConfig:
     persistent: bool = False  # sm90: one block per SM walks the tiles
 
     def short_name(self):
+        """fa::short_name() of a valid config: the head, then the family's tag and knob tokens."""
+        family = FAMILIES[self.family]
         head = (f"({DTYPE_NAMES[self.dtype]}, {self.d_head}, {self.B_r}, {self.B_c}, "
                 f"{self.n_warps}): ")
-        if self.family == 1:
-            knobs = [k for k, on in (("overlap", self.overlap), ("pingpong", self.pingpong),
-                                     ("persistent", self.persistent)) if on]
-            return head + "+".join([f"sm90+stages_{self.stages}"] + knobs)
-        feats = [f for f, on in (("async", self.async_copy), ("eager", self.eager_load_blocks),
-                                 ("swizzled", self.swizzled)) if on]
-        feats.append(f"load_{self.Q_tiles}_{self.K_tiles}_{self.V_tiles}_tiles")
-        if self.double_buffer:
-            feats.append("buffer")
-        if self.optimized_softmax:
-            feats.append("opt_softmax")
-        return head + "+".join(feats)
+        return head + "+".join(([family.tag] if family.tag else []) + family.tokens(self))
 
     def cpp(self):
         b = lambda x: "true" if x else "false"
@@ -93,10 +84,13 @@ class KernelConfig:
 
 
 def canonical(c):
-    """The config that compiles to the same code and is registered in c's place
-    (canonical() in src/cuda/sm80/config.hpp: the same three rules)."""
-    if c.family != 0:
-        return c
+    """The config that compiles to the same code and is registered in c's place (fa::canonical():
+    the family's)."""
+    return FAMILIES[c.family].canonical(c)
+
+
+def sm80_canonical(c):
+    """canonical() in src/cuda/sm80/config.hpp: the same three rules."""
     k, v = c.K_tiles, c.V_tiles
     if c.Q_tiles == 0 and k * 8 == c.d_head:
         k = 0
@@ -104,6 +98,44 @@ def canonical(c):
         v = 0
     groups = (k != 0 and k * 8 < c.d_head) or (v != 0 and v * 8 < c.B_c)
     return dataclasses.replace(c, K_tiles=k, V_tiles=v, double_buffer=c.double_buffer and groups)
+
+
+def sm80_tokens(c):
+    """The mma.sync knobs' tokens (src/cuda/sm80/config.cpp), the load token always."""
+    feats = [f for f, on in (("async", c.async_copy), ("eager", c.eager_load_blocks),
+                             ("swizzled", c.swizzled)) if on]
+    feats.append(f"load_{c.Q_tiles}_{c.K_tiles}_{c.V_tiles}_tiles")
+    if c.double_buffer:
+        feats.append("buffer")
+    if c.optimized_softmax:
+        feats.append("opt_softmax")
+    return feats
+
+
+def sm80_parse(tokens, c):
+    """`c` (the name's head, family 0) with the mma.sync knobs of `tokens`."""
+    load = [t for t in tokens if t.startswith("load_")]
+    if len(load) != 1:
+        raise ValueError(f"no load_<Q>_<K>_<V>_tiles in {tokens}")
+    q, k, v = (int(x) for x in load[0][5:-6].split("_"))
+    return dataclasses.replace(c, async_copy="async" in tokens, eager_load_blocks="eager" in tokens,
+                               swizzled="swizzled" in tokens, Q_tiles=q, K_tiles=k, V_tiles=v,
+                               double_buffer="buffer" in tokens,
+                               optimized_softmax="opt_softmax" in tokens)
+
+
+def sm90_tokens(c):
+    """The sm90 knobs' tokens (src/cuda/sm90/config.cpp): the stages always, the knobs on."""
+    return [f"stages_{c.stages}"] + [k for k, on in (("overlap", c.overlap),
+                                                     ("pingpong", c.pingpong),
+                                                     ("persistent", c.persistent)) if on]
+
+
+def sm90_parse(tokens, c):
+    """`c` (the name's head, family 1) with the sm90 knobs of `tokens`."""
+    stages = [int(t[7:]) for t in tokens if t.startswith("stages_")]
+    return dataclasses.replace(c, stages=stages[0], overlap="overlap" in tokens,
+                               pingpong="pingpong" in tokens, persistent="persistent" in tokens)
 
 
 def should_autotune(c):
@@ -151,22 +183,16 @@ def progression_configs(dtype, d_head, all_block_sizes=False):
 
 
 def parse_short_name(text):
-    """The inverse of KernelConfig.short_name (fa_kernel_config_parse() in C)."""
+    """The inverse of KernelConfig.short_name (fa_kernel_config_parse() in C): the family whose
+    tag the name carries, else the untagged one, reads the knob tokens."""
     head, feats = text.strip().split("): ")
     dtype, d, b_r, b_c, warps = [x.strip() for x in head.lstrip("(").split(",")]
     tokens = feats.split("+")
-    if "sm90" in tokens:
-        stages = [int(t[7:]) for t in tokens if t.startswith("stages_")]
-        return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
-                            int(warps), False, False, False, 0, 0, 0, False, False, 1, stages[0],
-                            "overlap" in tokens, "pingpong" in tokens, "persistent" in tokens)
-    load = [t for t in tokens if t.startswith("load_")]
-    if len(load) != 1:
-        raise ValueError(f"no load_<Q>_<K>_<V>_tiles in '{text}'")
-    q, k, v = (int(x) for x in load[0][5:-6].split("_"))
-    return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
-                        int(warps), "async" in tokens, "eager" in tokens, "swizzled" in tokens,
-                        q, k, v, "buffer" in tokens, "opt_softmax" in tokens)
+    family = next((f for f in FAMILIES if f.tag in tokens), None) or \
+        next(f for f in FAMILIES if f.tag is None)
+    return family.parse(tokens, KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d),
+                                             int(b_r), int(b_c), int(warps), False, False, False,
+                                             0, 0, 0, False, False, family.id))
 
 
 def read_choice_table(path):
@@ -243,7 +269,7 @@ def sm90_tuning_configs(dtype, d_head):
     return configs
 
 
-def select(kernel_set, dtypes, head_dims, tables, sm90):
+def select(kernel_set, dtypes, head_dims, tables, sm90, built):
     configs = set()
     if kernel_set in ("default", "all", "sm90"):
         for rows in tables.values():
@@ -252,8 +278,8 @@ def select(kernel_set, dtypes, head_dims, tables, sm90):
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
         for dtype, d in itertools.product(dtypes, head_dims):
             configs.update(decode_configs(dtype, d))
-    if not sm90:  # a choice table may name sm90 kernels a build without sm_90a cannot compile
-        configs = {c for c in configs if c.family == 0}
+    # A choice table may name kernels of a family the build leaves out (sm90 without sm_90a).
+    configs = {c for c in configs if c.family in {f.id for f in built}}
     for dtype, d in itertools.product(dtypes, head_dims):
         if kernel_set in ("all", "sm90") and sm90:
             configs.update(sm90_tuning_configs(dtype, d))
@@ -290,11 +316,16 @@ class KernelFamily:
     folder: str
     arch: str       # the generated files' stem: fa_fwd_<arch>_...
     own_arch: str   # the one arch its code compiles for, apart from the build's list ("" if none)
+    tag: object     # the token naming it in a kernel name, or None (mma.sync: the seed's names)
+    tokens: object  # config -> its knobs' tokens in the name (the family's config.cpp)
+    parse: object   # (tokens, config of the name's head) -> the config with the family's knobs
+    canonical: object  # config -> the config registered in its place (the family's config.hpp)
 
 
 # The families, in KernelConfig::family order: the one place a family is registered.
-FAMILIES = (KernelFamily(0, "sm80", "sm80", ""),
-            KernelFamily(1, "sm90", "sm90a", "90a"))
+FAMILIES = (KernelFamily(0, "sm80", "sm80", "", None, sm80_tokens, sm80_parse, sm80_canonical),
+            KernelFamily(1, "sm90", "sm90a", "90a", "sm90", sm90_tokens, sm90_parse,
+                         lambda c: c))
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
@@ -331,14 +362,14 @@ def main():
         if not arch.isdigit():
             sys.exit(f"generate_kernels.py: cannot read the arch from '{path}'")
         tables[int(arch)] = read_choice_table(path)
-    configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90)
+    # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
+    built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
+    configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90, built)
     os.makedirs(args.out, exist_ok=True)
 
     groups = {}
     for c in configs:
         groups.setdefault((c.family, c.dtype, c.d_head), []).append(c)
-    # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
-    built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
     sources, functions = {f.id: [] for f in built}, []
     for (family_id, dtype, d), members in sorted(groups.items()):
         family = FAMILIES[family_id]
