@@ -9,6 +9,7 @@
 
 #include "api/status.hpp"
 #include "core/checked.hpp"
+#include "core/family_config.hpp"
 
 namespace fa {
 
@@ -477,6 +478,18 @@ bool kernel_config_holds(fa_kernel_config const& out, int32_t family) {
          (out.struct_size >= kKernelConfigSize_0_2 && family == FA_FAMILY_MMA_SYNC);
 }
 
+namespace {
+
+// " (a 0.2 struct cannot hold an sm90 kernel)" for a family a 0.2 struct cannot hold, else "".
+std::string a_0_2_struct_cannot_hold(int32_t family) {
+  if (family == FA_FAMILY_MMA_SYNC) return {};
+  FamilyConfig const* f = find_family_config(family);
+  return std::string(" (a 0.2 struct cannot hold ") + (f != nullptr ? f->a_kernel : "its family") +
+         ")";
+}
+
+}  // namespace
+
 fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
   if (out == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "output kernel config is NULL");
   bool const full = out->struct_size >= sizeof(fa_kernel_config);
@@ -485,7 +498,7 @@ fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
                 "fa_kernel_config.struct_size = %zu is smaller than %zu: initialise it with "
                 "fa_kernel_config_init()%s",
                 out->struct_size, sizeof(fa_kernel_config),
-                in.family != FA_FAMILY_MMA_SYNC ? " (a 0.2 struct cannot hold an sm90 kernel)" : "");
+                a_0_2_struct_cannot_hold(in.family).c_str());
   }
   out->dtype = static_cast<int32_t>(in.dtype);
   out->d_head = in.d_head;

@@ -13,6 +13,7 @@
 #include "api/context.hpp"
 #include "api/status.hpp"
 #include "api/tuning.hpp"
+#include "core/family_config.hpp"
 #include "core/kernel_config.hpp"
 #include "core/tuning_file.hpp"
 #include "cuda/device.hpp"
@@ -215,9 +216,11 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
       reported = fastest_held;
       if (reported == nullptr) {
         return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
-                        "best->struct_size = %zu: the winner, %s, is an sm90 kernel, which a 0.2 "
-                        "struct cannot hold, and no mma.sync kernel ran the problem",
-                        best->struct_size, fa::short_name(winner->config).c_str());
+                        "best->struct_size = %zu: the winner, %s, is %s, which a 0.2 struct "
+                        "cannot hold, and no %s kernel ran the problem",
+                        best->struct_size, fa::short_name(winner->config).c_str(),
+                        fa::find_family_config(winner->config.family)->a_kernel,
+                        fa::find_family_config(FA_FAMILY_MMA_SYNC)->name);
       }
     }
     {

@@ -30,8 +30,7 @@ struct FamilyConfig {
   // names carry none (mma.sync: the seed's names predate families). A config of no family the
   // library knows is named in that family's form, with a "family_<N>" token.
   char const* tag;
-  // How a name's error calls one of the family's kernels ("an sm90 kernel"), when its name
-  // carries another family's knobs; nullptr for the untagged family, whose names may.
+  // How messages call one of the family's kernels ("an sm90 kernel").
   char const* a_kernel;
   // The family's knob tokens, listed for a name that mixes them into another family's.
   char const* knob_tokens;

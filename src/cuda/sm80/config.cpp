@@ -104,7 +104,7 @@ Token parse_token(std::string_view token, KernelConfig* c, std::string* error) {
 FamilyConfig const kConfig{kId,
                            "mma.sync",
                            nullptr,
-                           nullptr,
+                           "an mma.sync kernel",
                            "async, eager, swizzled, load_*, buffer, opt_softmax",
                            "load_<Q>_<K>_<V>_tiles",
                            &validate,
