@@ -316,7 +316,8 @@ class KernelFamily:
     folder: str
     arch: str       # the generated files' stem: fa_fwd_<arch>_...
     own_arch: str   # the one arch its code compiles for, apart from the build's list ("" if none)
-    tag: object     # the token naming it in a kernel name, or None (mma.sync: the seed's names)
+    tag: object     # the token naming it in a kernel name, or None (mma.sync: the seed's names);
+                    # its config.cpp's FamilyConfig::tag
     tokens: object  # config -> its knobs' tokens in the name (the family's config.cpp)
     parse: object   # (tokens, config of the name's head) -> the config with the family's knobs
     canonical: object  # config -> the config registered in its place (the family's config.hpp)
@@ -330,6 +331,9 @@ SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
 def main():
+    if sum(f.tag is None for f in FAMILIES) != 1:  # kernel_config.cpp's untagged_family()
+        sys.exit("generate_kernels.py: FAMILIES needs exactly one family without a tag, whose "
+                 "name form also names configs of unknown families")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dtypes", default="fp16;bf16", help="';'-separated: fp16, bf16")

@@ -25,7 +25,7 @@ FamilyConfig const& untagged_family() {
   for (FamilyConfig const* f : family_configs()) {
     if (f->tag == nullptr) return *f;
   }
-  return *family_configs().front();  // tools/generate_kernels.py lists one untagged family
+  return *family_configs().front();  // unreached: tools/generate_kernels.py checks there is one
 }
 
 // The family whose form names `c`: its own when it is tagged, else the untagged one's.
