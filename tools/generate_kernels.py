@@ -8,12 +8,16 @@ CMake runs this at configure time with the build's options; it writes, into --ou
                                         so builds parallelise);
   registry_generated.cpp                calls every group's registration function;
   families_generated.cpp                find_family(): the families this build compiles;
+  family_configs_generated.cpp          family_configs(): every family's config rules and names,
+                                        in every build (the CPU-only one validates and names
+                                        every family's configs too);
+  config_sources.txt                    every family's config.cpp (those rules), for CMake;
   kernels.txt                           the short names of all kernels, in registry order (the tests
                                         check the built registry against it);
   families.txt                          one line per family built: its folder and the one arch it
                                         compiles for alone ("-": the build's arch list), for CMake;
   sources_<family>.txt                  each family's sources, for CMake: its generated .cu files and
-                                        the host .cpp files of its folder.
+                                        the host .cpp files of its folder but config.cpp.
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
 
 Kernel sets (--kernel-set):
@@ -64,20 +68,11 @@ class KernelConfig:
     persistent: bool = False  # sm90: one block per SM walks the tiles
 
     def short_name(self):
+        """fa::short_name() of a valid config: the head, then the family's tag and knob tokens."""
+        family = FAMILIES[self.family]
         head = (f"({DTYPE_NAMES[self.dtype]}, {self.d_head}, {self.B_r}, {self.B_c}, "
                 f"{self.n_warps}): ")
-        if self.family == 1:
-            knobs = [k for k, on in (("overlap", self.overlap), ("pingpong", self.pingpong),
-                                     ("persistent", self.persistent)) if on]
-            return head + "+".join([f"sm90+stages_{self.stages}"] + knobs)
-        feats = [f for f, on in (("async", self.async_copy), ("eager", self.eager_load_blocks),
-                                 ("swizzled", self.swizzled)) if on]
-        feats.append(f"load_{self.Q_tiles}_{self.K_tiles}_{self.V_tiles}_tiles")
-        if self.double_buffer:
-            feats.append("buffer")
-        if self.optimized_softmax:
-            feats.append("opt_softmax")
-        return head + "+".join(feats)
+        return head + "+".join(([family.tag] if family.tag else []) + family.tokens(self))
 
     def cpp(self):
         b = lambda x: "true" if x else "false"
@@ -89,10 +84,13 @@ class KernelConfig:
 
 
 def canonical(c):
-    """The config that compiles to the same code and is registered in c's place
-    (fa::canonical in src/core/kernel_config.hpp: the same three rules)."""
-    if c.family != 0:
-        return c
+    """The config that compiles to the same code and is registered in c's place (fa::canonical():
+    the family's)."""
+    return FAMILIES[c.family].canonical(c)
+
+
+def sm80_canonical(c):
+    """canonical() in src/cuda/sm80/config.hpp: the same three rules."""
     k, v = c.K_tiles, c.V_tiles
     if c.Q_tiles == 0 and k * 8 == c.d_head:
         k = 0
@@ -100,6 +98,44 @@ def canonical(c):
         v = 0
     groups = (k != 0 and k * 8 < c.d_head) or (v != 0 and v * 8 < c.B_c)
     return dataclasses.replace(c, K_tiles=k, V_tiles=v, double_buffer=c.double_buffer and groups)
+
+
+def sm80_tokens(c):
+    """The mma.sync knobs' tokens (src/cuda/sm80/config.cpp), the load token always."""
+    feats = [f for f, on in (("async", c.async_copy), ("eager", c.eager_load_blocks),
+                             ("swizzled", c.swizzled)) if on]
+    feats.append(f"load_{c.Q_tiles}_{c.K_tiles}_{c.V_tiles}_tiles")
+    if c.double_buffer:
+        feats.append("buffer")
+    if c.optimized_softmax:
+        feats.append("opt_softmax")
+    return feats
+
+
+def sm80_parse(tokens, c):
+    """`c` (the name's head, family 0) with the mma.sync knobs of `tokens`."""
+    load = [t for t in tokens if t.startswith("load_")]
+    if len(load) != 1:
+        raise ValueError(f"no load_<Q>_<K>_<V>_tiles in {tokens}")
+    q, k, v = (int(x) for x in load[0][5:-6].split("_"))
+    return dataclasses.replace(c, async_copy="async" in tokens, eager_load_blocks="eager" in tokens,
+                               swizzled="swizzled" in tokens, Q_tiles=q, K_tiles=k, V_tiles=v,
+                               double_buffer="buffer" in tokens,
+                               optimized_softmax="opt_softmax" in tokens)
+
+
+def sm90_tokens(c):
+    """The sm90 knobs' tokens (src/cuda/sm90/config.cpp): the stages always, the knobs on."""
+    return [f"stages_{c.stages}"] + [k for k, on in (("overlap", c.overlap),
+                                                     ("pingpong", c.pingpong),
+                                                     ("persistent", c.persistent)) if on]
+
+
+def sm90_parse(tokens, c):
+    """`c` (the name's head, family 1) with the sm90 knobs of `tokens`."""
+    stages = [int(t[7:]) for t in tokens if t.startswith("stages_")]
+    return dataclasses.replace(c, stages=stages[0], overlap="overlap" in tokens,
+                               pingpong="pingpong" in tokens, persistent="persistent" in tokens)
 
 
 def should_autotune(c):
@@ -147,22 +183,16 @@ def progression_configs(dtype, d_head, all_block_sizes=False):
 
 
 def parse_short_name(text):
-    """The inverse of KernelConfig.short_name (fa_kernel_config_parse() in C)."""
+    """The inverse of KernelConfig.short_name (fa_kernel_config_parse() in C): the family whose
+    tag the name carries, else the untagged one, reads the knob tokens."""
     head, feats = text.strip().split("): ")
     dtype, d, b_r, b_c, warps = [x.strip() for x in head.lstrip("(").split(",")]
     tokens = feats.split("+")
-    if "sm90" in tokens:
-        stages = [int(t[7:]) for t in tokens if t.startswith("stages_")]
-        return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
-                            int(warps), False, False, False, 0, 0, 0, False, False, 1, stages[0],
-                            "overlap" in tokens, "pingpong" in tokens, "persistent" in tokens)
-    load = [t for t in tokens if t.startswith("load_")]
-    if len(load) != 1:
-        raise ValueError(f"no load_<Q>_<K>_<V>_tiles in '{text}'")
-    q, k, v = (int(x) for x in load[0][5:-6].split("_"))
-    return KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d), int(b_r), int(b_c),
-                        int(warps), "async" in tokens, "eager" in tokens, "swizzled" in tokens,
-                        q, k, v, "buffer" in tokens, "opt_softmax" in tokens)
+    family = next((f for f in FAMILIES if f.tag in tokens), None) or \
+        next(f for f in FAMILIES if f.tag is None)
+    return family.parse(tokens, KernelConfig({"FP16": 1, "BF16": 2}[dtype.upper()], int(d),
+                                             int(b_r), int(b_c), int(warps), False, False, False,
+                                             0, 0, 0, False, False, family.id))
 
 
 def read_choice_table(path):
@@ -239,7 +269,7 @@ def sm90_tuning_configs(dtype, d_head):
     return configs
 
 
-def select(kernel_set, dtypes, head_dims, tables, sm90):
+def select(kernel_set, dtypes, head_dims, tables, sm90, built):
     configs = set()
     if kernel_set in ("default", "all", "sm90"):
         for rows in tables.values():
@@ -248,8 +278,8 @@ def select(kernel_set, dtypes, head_dims, tables, sm90):
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
         for dtype, d in itertools.product(dtypes, head_dims):
             configs.update(decode_configs(dtype, d))
-    if not sm90:  # a choice table may name sm90 kernels a build without sm_90a cannot compile
-        configs = {c for c in configs if c.family == 0}
+    # A choice table may name kernels of a family the build leaves out (sm90 without sm_90a).
+    configs = {c for c in configs if c.family in {f.id for f in built}}
     for dtype, d in itertools.product(dtypes, head_dims):
         if kernel_set in ("all", "sm90") and sm90:
             configs.update(sm90_tuning_configs(dtype, d))
@@ -279,21 +309,31 @@ def write_if_changed(path, text):
 @dataclasses.dataclass(frozen=True)
 class KernelFamily:
     """A kernel family: the folder src/cuda/<folder>/ and the namespace fa::cuda::<folder>, which
-    hold its kernels (launch.cuh defines register_kernel<C>), its rules (kFamily, the answers to
-    src/cuda/family.hpp) and its host sources (*.cpp)."""
+    hold its kernels (launch.cuh defines register_kernel<C>), its config rules and names (kId and
+    kConfig in config.hpp, the answers to src/core/family_config.hpp, host only), its rules for
+    problems (kFamily, the answers to src/cuda/family.hpp) and its host sources (*.cpp)."""
     id: int         # KernelConfig::family (fa_kernel_config.family)
     folder: str
     arch: str       # the generated files' stem: fa_fwd_<arch>_...
     own_arch: str   # the one arch its code compiles for, apart from the build's list ("" if none)
+    tag: object     # the token naming it in a kernel name, or None (mma.sync: the seed's names);
+                    # its config.cpp's FamilyConfig::tag
+    tokens: object  # config -> its knobs' tokens in the name (the family's config.cpp)
+    parse: object   # (tokens, config of the name's head) -> the config with the family's knobs
+    canonical: object  # config -> the config registered in its place (the family's config.hpp)
 
 
 # The families, in KernelConfig::family order: the one place a family is registered.
-FAMILIES = (KernelFamily(0, "sm80", "sm80", ""),
-            KernelFamily(1, "sm90", "sm90a", "90a"))
+FAMILIES = (KernelFamily(0, "sm80", "sm80", "", None, sm80_tokens, sm80_parse, sm80_canonical),
+            KernelFamily(1, "sm90", "sm90a", "90a", "sm90", sm90_tokens, sm90_parse,
+                         lambda c: c))
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
 def main():
+    if sum(f.tag is None for f in FAMILIES) != 1:  # kernel_config.cpp's untagged_family()
+        sys.exit("generate_kernels.py: FAMILIES needs exactly one family without a tag, whose "
+                 "name form also names configs of unknown families")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dtypes", default="fp16;bf16", help="';'-separated: fp16, bf16")
@@ -326,14 +366,14 @@ def main():
         if not arch.isdigit():
             sys.exit(f"generate_kernels.py: cannot read the arch from '{path}'")
         tables[int(arch)] = read_choice_table(path)
-    configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90)
+    # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
+    built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
+    configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90, built)
     os.makedirs(args.out, exist_ok=True)
 
     groups = {}
     for c in configs:
         groups.setdefault((c.family, c.dtype, c.d_head), []).append(c)
-    # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
-    built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
     sources, functions = {f.id: [] for f in built}, []
     for (family_id, dtype, d), members in sorted(groups.items()):
         family = FAMILIES[family_id]
@@ -387,12 +427,26 @@ def main():
                      "  switch (family) {\n" +
                      "".join(f"    case {f.id}: return &{f.folder}::kFamily;\n" for f in built) +
                      "  }\n  return nullptr;\n}\n\n}  // namespace fa::cuda\n")
+    write_if_changed(os.path.join(args.out, "family_configs_generated.cpp"),
+                     BANNER + '#include "core/family_config.hpp"\n' +
+                     "".join(f'#include "cuda/{f.folder}/config.hpp"\n' for f in FAMILIES) +
+                     "\nnamespace fa {\n\n" +
+                     "".join(f'static_assert(cuda::{f.folder}::kId == {f.id}, '
+                             f'"tools/generate_kernels.py FAMILIES and {f.folder}/config.hpp agree");\n'
+                             for f in FAMILIES) +
+                     "\nstd::span<FamilyConfig const* const> family_configs() {\n"
+                     "  static constexpr FamilyConfig const* kFamilies[] = {" +
+                     ", ".join(f"&cuda::{f.folder}::kConfig" for f in FAMILIES) + "};\n"
+                     "  return kFamilies;\n}\n\n}  // namespace fa\n")
+    write_if_changed(os.path.join(args.out, "config_sources.txt"),
+                     "".join(os.path.normpath(os.path.join(SRC_DIR, "cuda", f.folder, "config.cpp")) +
+                             "\n" for f in FAMILIES))
     write_if_changed(os.path.join(args.out, "families.txt"),
                      "".join(f"{f.folder} {f.own_arch or '-'}\n" for f in built))
     for f in built:
         folder = os.path.join(SRC_DIR, "cuda", f.folder)
         host = sorted(os.path.normpath(os.path.join(folder, name)) for name in os.listdir(folder)
-                      if name.endswith(".cpp"))
+                      if name.endswith(".cpp") and name != "config.cpp")
         write_if_changed(os.path.join(args.out, f"sources_{f.folder}.txt"),
                          "".join(path + "\n" for path in sources[f.id] + host))
 

@@ -9,6 +9,7 @@
 
 #include "api/status.hpp"
 #include "core/checked.hpp"
+#include "core/family_config.hpp"
 
 namespace fa {
 
@@ -474,8 +475,20 @@ fa_status to_kernel_config(fa_kernel_config const* caller, KernelConfig* out) {
 
 bool kernel_config_holds(fa_kernel_config const& out, int32_t family) {
   return out.struct_size >= sizeof(fa_kernel_config) ||
-         (out.struct_size >= kKernelConfigSize_0_2 && family == kMmaSync);
+         (out.struct_size >= kKernelConfigSize_0_2 && family == FA_FAMILY_MMA_SYNC);
 }
+
+namespace {
+
+// " (a 0.2 struct cannot hold an sm90 kernel)" for a family a 0.2 struct cannot hold, else "".
+std::string a_0_2_struct_cannot_hold(int32_t family) {
+  if (family == FA_FAMILY_MMA_SYNC) return {};
+  FamilyConfig const* f = find_family_config(family);
+  return std::string(" (a 0.2 struct cannot hold ") + (f != nullptr ? f->a_kernel : "its family") +
+         ")";
+}
+
+}  // namespace
 
 fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
   if (out == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "output kernel config is NULL");
@@ -485,7 +498,7 @@ fa_status from_kernel_config(KernelConfig const& in, fa_kernel_config* out) {
                 "fa_kernel_config.struct_size = %zu is smaller than %zu: initialise it with "
                 "fa_kernel_config_init()%s",
                 out->struct_size, sizeof(fa_kernel_config),
-                in.family != kMmaSync ? " (a 0.2 struct cannot hold an sm90 kernel)" : "");
+                a_0_2_struct_cannot_hold(in.family).c_str());
   }
   out->dtype = static_cast<int32_t>(in.dtype);
   out->d_head = in.d_head;

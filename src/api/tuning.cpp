@@ -13,6 +13,7 @@
 #include "api/context.hpp"
 #include "api/status.hpp"
 #include "api/tuning.hpp"
+#include "core/family_config.hpp"
 #include "core/kernel_config.hpp"
 #include "core/tuning_file.hpp"
 #include "cuda/device.hpp"
@@ -152,7 +153,7 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
     using fa::cuda::KernelEntry;
     if (fa_status s = fa::require_gpu(ctx, "fa_autotune"); s != FA_STATUS_SUCCESS) return s;
     // A caller built against 0.2 passes a struct that holds mma.sync kernels only.
-    if (best != nullptr && !fa::kernel_config_holds(*best, fa::kMmaSync)) {
+    if (best != nullptr && !fa::kernel_config_holds(*best, FA_FAMILY_MMA_SYNC)) {
       return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
                       "best->struct_size = %zu is smaller than %zu: initialise it with "
                       "fa_kernel_config_init()",
@@ -215,9 +216,11 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
       reported = fastest_held;
       if (reported == nullptr) {
         return fa::fail(FA_STATUS_BAD_STRUCT_SIZE,
-                        "best->struct_size = %zu: the winner, %s, is an sm90 kernel, which a 0.2 "
-                        "struct cannot hold, and no mma.sync kernel ran the problem",
-                        best->struct_size, fa::short_name(winner->config).c_str());
+                        "best->struct_size = %zu: the winner, %s, is %s, which a 0.2 struct "
+                        "cannot hold, and no %s kernel ran the problem",
+                        best->struct_size, fa::short_name(winner->config).c_str(),
+                        fa::find_family_config(winner->config.family)->a_kernel,
+                        fa::find_family_config(FA_FAMILY_MMA_SYNC)->name);
       }
     }
     {

@@ -6,6 +6,7 @@
 #include "core/kernel_config.hpp"
 #include "core/problem.hpp"
 #include "cuda/device.hpp"
+#include "flashattn.h"
 
 namespace fa::test {
 
@@ -36,7 +37,7 @@ inline KernelConfig mma_sync_kernel(int B_r, int B_c, int n_warps, int d = 128) 
 // An sm90 kernel: two consumer warpgroups (B_r = 128), B_c keys, 2 stages.
 inline KernelConfig sm90_kernel(int B_c, bool persistent, int d = 128) {
   return KernelConfig{DType::kBF16, d, 128, B_c, 12, false, false, false, 0, 0, 0, false, false,
-                      kSm90, 2, true, false, persistent};
+                      FA_FAMILY_SM90, 2, true, false, persistent};
 }
 
 // An H100-like device: 132 SMs, `blocks_per_sm` resident blocks of `entry`.

@@ -1,5 +1,6 @@
-// The mma.sync family's compile-time view of a KernelConfig: the rules it static_asserts, the
-// warp and fragment counts every role of the kernel derives from it, and compile-time loops.
+// The mma.sync family's compile-time view of a KernelConfig: the rules it static_asserts (the
+// common ones and config.hpp's), the warp and fragment counts every role of the kernel derives
+// from it, and compile-time loops.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/kernel_config.hpp"
+#include "cuda/sm80/config.hpp"
 
 namespace fa::cuda::sm80 {
 
@@ -25,9 +26,9 @@ __device__ __forceinline__ void static_for(F&& f) {
 
 template <KernelConfig C>
 struct Traits {
-  static_assert(rules::fields_in_range(C), "a field is out of [0, 65536]");
-  static_assert(rules::dtype_ok(C), "dtype must be FP16 or BF16");
-  static_assert(rules::d_head_ok(C), "d_head must be a multiple of 64 in [64, 256]");
+  static_assert(fa::rules::fields_in_range(C), "a field is out of [0, 65536]");
+  static_assert(fa::rules::dtype_ok(C), "dtype must be FP16 or BF16");
+  static_assert(fa::rules::d_head_ok(C), "d_head must be a multiple of 64 in [64, 256]");
   static_assert(rules::n_warps_ok(C), "n_warps must be 4 or 8");
   static_assert(rules::B_r_ok(C), "B_r must be a multiple of 16 * n_warps");
   static_assert(rules::B_c_ok(C), "B_c must be a multiple of 16");
@@ -56,7 +57,7 @@ struct Traits {
   static constexpr int kPVGroup = C.V_mma_load_K_tiles ? C.V_mma_load_K_tiles / 2 : kKeySteps;
   static constexpr bool kQResident = C.Q_mma_load_K_tiles == 0;
 
-  static constexpr int kSmemBytes = C.smem_bytes();
+  static constexpr int kSmemBytes = smem_bytes(C);
 };
 
 // nvcc's host-stub generator cannot spell a class-type non-type template argument of a __global__

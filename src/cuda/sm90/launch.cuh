@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <numeric>
 
+#include "cuda/sm90/config.hpp"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.hpp"
 #include "cuda/sm90/tile_scheduler.cuh"
@@ -85,8 +86,8 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
 // Instantiates the kernel for C and adds it to the registry (called from the generated files).
 template <KernelConfig C>
 void register_kernel(Registry& registry) {
-  static_assert(C.family == kSm90 && rules::all(C), "a valid sm90 config");
-  static_assert(C.smem_bytes() == TileOf<C>::kSmemBytes, "KernelConfig::smem_bytes() is the tile's");
+  static_assert(C.family == kId && fa::rules::common_ok(C) && rules::own(C), "a valid sm90 config");
+  static_assert(smem_bytes(C) == TileOf<C>::kSmemBytes, "config.hpp's smem_bytes() is the tile's");
   registry.emplace(C, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>,
                                   &kernel_occupancy<C>, &launch_kernel<C>});
 }

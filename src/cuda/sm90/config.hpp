@@ -1,0 +1,69 @@
+// The sm90 family's kernel configs, host only (the CPU-only build validates and names them too):
+// the validity rules its kernel templates static_assert (launch.cuh), its shared memory (which
+// launch.cuh checks against tile.cuh's Tile::kSmemBytes), and, in config.cpp, the reasons for its
+// rules and its knobs' tokens in a kernel name (its answers to core/family_config.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "core/family_config.hpp"
+#include "core/kernel_config.hpp"
+#include "flashattn.h"
+
+namespace fa::cuda::sm90 {
+
+inline constexpr int32_t kId = FA_FAMILY_SM90;
+
+// The Q tile, `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, and the
+// pipeline's mbarriers (Q full and empty, K and V full and empty per stage: tile.cuh's
+// Tile::kSmemBytes).
+constexpr int64_t smem_bytes(KernelConfig const& c) {
+  return 1024 + (int64_t(c.B_r) + 2 * int64_t(c.stages) * c.B_c) * c.d_head * dtype_size(c.dtype) +
+         8 * (2 + 4 * int64_t(c.stages));
+}
+
+namespace rules {
+
+// One producer warpgroup and 1 to 3 consumer warpgroups (the register split of tile.cuh's Tile
+// for each count).
+constexpr bool warps_ok(KernelConfig const& c) {
+  return c.n_warps == 8 || c.n_warps == 12 || c.n_warps == 16;
+}
+// Each consumer warpgroup owns one m64 wgmma row slab.
+constexpr bool B_r_ok(KernelConfig const& c) { return c.B_r == 16 * (c.n_warps - 4); }
+// S = Q K^T is one m64nB_c wgmma per k16 step: N a multiple of 16 (P V steps 16 keys at a time)
+// from 64 to 256 (the wgmma shapes generate_wgmma.py emits).
+constexpr bool B_c_ok(KernelConfig const& c) {
+  return c.B_c >= 64 && c.B_c <= 256 && c.B_c % 16 == 0;
+}
+constexpr bool stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stages <= 4; }
+// Ping-pong alternates the wgmma issue of exactly two consumer warpgroups.
+constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
+// Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
+// (d_head / 2 floats) stay in registers, within the reallocated budget (240 with 2 consumer
+// warpgroups, 160 with 3, 256 with 1) less 24 for addresses, row statistics and indices.
+constexpr int consumer_regs(KernelConfig const& c) {
+  return c.n_warps == 8 ? 256 : c.n_warps == 12 ? 240 : 160;
+}
+constexpr bool registers_ok(KernelConfig const& c) {
+  return int64_t(c.B_c) * 3 / 4 + c.d_head / 2 <= consumer_regs(c) - 24;
+}
+constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
+
+// The family's knobs at their defaults, as in a config of another family.
+constexpr bool knobs_unset(KernelConfig const& c) {
+  return c.stages == 0 && !c.overlap && !c.pingpong && !c.persistent;
+}
+
+// The family's own rules, the common ones holding (validate() also wants the other families'
+// knobs unset).
+constexpr bool own(KernelConfig const& c) {
+  return warps_ok(c) && B_r_ok(c) && B_c_ok(c) && stages_ok(c) && pingpong_ok(c) &&
+         registers_ok(c) && smem_ok(c);
+}
+
+}  // namespace rules
+
+extern FamilyConfig const kConfig;
+
+}  // namespace fa::cuda::sm90

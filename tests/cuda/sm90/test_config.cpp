@@ -1,0 +1,105 @@
+// The sm90 family's config rules and name tokens (src/cuda/sm90/config.hpp and config.cpp).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "cuda/config_cases.hpp"
+#include "cuda/sm90/config.hpp"
+
+namespace fa::cuda::sm90 {
+
+namespace {
+
+using test::check_invalid;
+using test::check_valid;
+
+// The default build's d 128 kernel: two consumer warpgroups, 128 keys a stage, 2 stages.
+constexpr KernelConfig kBase{DType::kBF16, 128, 128, 128, 12, false, false, false, 0, 0, 0, false,
+                             false, kId, 2};
+
+template <class Change>
+KernelConfig base_with(Change change) {
+  return test::with(kBase, change);
+}
+
+}  // namespace
+
+// The kernel templates static_assert the same rules validate() reports, and launch.cuh checks the
+// formula against tile.cuh's Tile::kSmemBytes: 1024 + (128 + 2 * 2 * 128) * 128 * 2 + 8 * (2 + 8).
+static_assert(fa::rules::common_ok(kBase) && rules::own(kBase) && !rules::knobs_unset(kBase));
+static_assert(smem_bytes(kBase) == 164944);
+static_assert(!rules::own(KernelConfig{DType::kBF16, 128, 128, 128, 12, false, false, false, 0, 0,
+                                       0, false, false, kId, 5}));
+
+TEST_SUITE("family") {
+  TEST_CASE("sm90 config rules: each accepts its good side and rejects its bad side") {
+    check_valid(kBase);
+    SUBCASE("its knobs on") {
+      check_valid(base_with([](KernelConfig& c) { c.overlap = true; }));
+      check_valid(base_with([](KernelConfig& c) { c.persistent = true; }));
+      check_valid(base_with([](KernelConfig& c) { c.overlap = c.pingpong = c.persistent = true; }));
+    }
+    SUBCASE("ping-pong: exactly two consumer warpgroups") {
+      check_valid(base_with([](KernelConfig& c) { c.pingpong = true; }));
+      check_invalid(base_with([](KernelConfig& c) { c.pingpong = true, c.n_warps = 8, c.B_r = 64; }),
+                    "pingpong");
+      check_invalid(base_with([](KernelConfig& c) {
+                      c.pingpong = true, c.n_warps = 16, c.B_r = 192, c.B_c = 64;
+                    }),
+                    "pingpong");
+    }
+    SUBCASE("warpgroups: a producer and 1 to 3 consumers of 64 rows each") {
+      check_valid(base_with([](KernelConfig& c) { c.n_warps = 8, c.B_r = 64; }));
+      check_valid(base_with([](KernelConfig& c) { c.n_warps = 16, c.B_r = 192, c.B_c = 64; }));
+      check_invalid(base_with([](KernelConfig& c) { c.n_warps = 4, c.B_r = 0; }), "n_warps");
+      check_invalid(base_with([](KernelConfig& c) { c.n_warps = 20, c.B_r = 256; }), "n_warps");
+      check_invalid(base_with([](KernelConfig& c) { c.B_r = 64; }), "B_r");
+    }
+    SUBCASE("B_c: a wgmma N, a multiple of 16 in [64, 256]") {
+      check_valid(base_with([](KernelConfig& c) { c.B_c = 176; }));
+      check_invalid(base_with([](KernelConfig& c) { c.B_c = 48; }), "B_c");
+      check_invalid(base_with([](KernelConfig& c) { c.B_c = 136; }), "B_c");
+    }
+    SUBCASE("stages: 2 to 4") {
+      check_valid(base_with([](KernelConfig& c) { c.stages = 3; }));
+      check_invalid(base_with([](KernelConfig& c) { c.stages = 1; }), "stages");
+      check_invalid(base_with([](KernelConfig& c) { c.stages = 5; }), "stages");
+    }
+    SUBCASE("accumulators within the consumer's registers") {
+      check_valid(base_with([](KernelConfig& c) { c.d_head = 256, c.B_c = 64; }));
+      check_invalid(base_with([](KernelConfig& c) { c.d_head = 256; }), "registers");
+      check_invalid(base_with([](KernelConfig& c) { c.n_warps = 16, c.B_r = 192, c.B_c = 192; }),
+                    "registers");
+    }
+    SUBCASE("shared memory within 227 KiB") {
+      check_invalid(base_with([](KernelConfig& c) { c.stages = 4; }),
+                    "shared memory 1024 + (B_r + 2 * stages * B_c) * d_head * 2 + barriers = "
+                    "296080 bytes exceeds 232448");
+    }
+  }
+
+  TEST_CASE("sm90: the seed's filter keeps every config; canonical is the config itself") {
+    KernelConfig const all = base_with([](KernelConfig& c) { c.overlap = c.pingpong = c.persistent = true; });
+    CHECK(test::kept(kBase));
+    CHECK(test::kept(base_with([](KernelConfig& c) { c.B_r = 64, c.n_warps = 8; })));
+    CHECK(fa::canonical(all) == all);
+  }
+
+  TEST_CASE("sm90: names carry the tag, the stages and the knobs on, and round-trip") {
+    CHECK(short_name(kBase) == "(BF16, 128, 128, 128, 12): sm90+stages_2");
+    KernelConfig const overlapped = base_with([](KernelConfig& c) { c.overlap = true; });
+    CHECK(short_name(overlapped) == "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap");
+    KernelConfig const all = base_with([](KernelConfig& c) { c.overlap = c.pingpong = c.persistent = true; });
+    char const* all_name = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent";
+    CHECK(short_name(all) == all_name);
+    CHECK(test::parsed(short_name(kBase)) == kBase);
+    CHECK(test::parsed(short_name(overlapped)) == overlapped);
+    CHECK(test::parsed(all_name) == all);
+    KernelConfig c{};
+    std::string error;
+    CHECK_FALSE(parse_short_name("(BF16, 128, 128, 128, 12): sm90+stages_two", &c, &error));
+    CHECK(error == "malformed stages token \"stages_two\" (expected stages_<N>)");
+  }
+}
+
+}  // namespace fa::cuda::sm90
