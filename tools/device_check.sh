@@ -3,7 +3,7 @@
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
 # Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged example memcheck racecheck
-#        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck python_gpu rust_device
+#        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device
 #        compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec
 #        chunked_prefill varlen copy python_overhead
 # (gpu_features and sm90_paged are parts of gpu_tests, for calls that need only them.)
@@ -20,7 +20,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck python_gpu rust_device compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -77,8 +77,11 @@ for tool in memcheck racecheck synccheck; do
     --tool "$tool" --error-exitcode 3 "$build/tests/flashattn_gpu_tests" \
     --test-case="every registered kernel*"
 done
-step sm90_paged_memcheck env FA_GPU_TEST_SAMPLE=3 compute-sanitizer --tool memcheck \
-  --error-exitcode 3 "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
+# The sm90 family's paged producer (every third kernel, every page-size class) under each tool.
+for tool in memcheck racecheck synccheck; do
+  step "sm90_paged_$tool" env FA_GPU_TEST_SAMPLE=3 compute-sanitizer --tool "$tool" \
+    --error-exitcode 3 "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
+done
 step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 # The Rust example is built where cargo is (the GPU machine may have none) and carried in .deps/bin:
