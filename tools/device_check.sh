@@ -3,7 +3,8 @@
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
 # Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged example memcheck racecheck
-#        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device
+#        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
+#        sm90_paged_synccheck python_gpu rust_device
 #        compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec
 #        chunked_prefill varlen copy python_overhead
 # (gpu_features and sm90_paged are parts of gpu_tests, for calls that need only them.)
