@@ -1,0 +1,41 @@
+// The context's per-shape cache of the built-in choice (src/api/context.hpp): its key holds every
+// field the choice and the families' refusals read, so a problem never reuses a kernel chosen
+// for a different one.
+#include <doctest/doctest.h>
+
+#include "api/context.hpp"
+
+namespace fa {
+
+TEST_CASE("the built-in choice's cache key tells apart what the choice reads") {
+  Problem p{};
+  p.dtype = DType::kBF16;
+  p.batch = 4;
+  p.seqlen_q = 512;
+  p.seqlen_k = 8192;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.causal = true;
+  p.layout = Layout::kPagedKv;
+  p.page_size = 1;
+  BuiltinKey const page_1 = builtin_key(p);
+  // A page-1 cache's pick (a family may refuse pages that small) is not a page-16 cache's.
+  p.page_size = 16;
+  CHECK(builtin_key(p) != page_1);
+  Problem same = p;
+  same.page_size = 1;
+  CHECK(builtin_key(same) == page_1);
+  Problem contiguous = p;
+  contiguous.layout = Layout::kKvCache;
+  contiguous.page_size = 0;
+  CHECK(builtin_key(contiguous) != builtin_key(p));
+  Problem grouped = p;
+  grouped.heads_kv = 4;
+  CHECK(builtin_key(grouped) != builtin_key(p));
+  Problem longer = p;
+  longer.seqlen_k = 8193;
+  CHECK(builtin_key(longer) != builtin_key(p));
+}
+
+}  // namespace fa
