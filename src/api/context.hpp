@@ -6,6 +6,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "api/choice_key.hpp"
 #include "core/bounded_map.hpp"
 #include "core/kernel_config.hpp"
 #include "core/problem.hpp"
@@ -15,25 +16,6 @@
 #include "flashattn.h"
 
 namespace fa {
-
-// What the kernel choice depends on: (dtype, causal, head_dim, seqlen_q, seqlen_k). The plan
-// cache's and the tuning results' key.
-using ChoiceKey = std::tuple<int, bool, int64_t, int64_t, int64_t>;
-
-inline ChoiceKey choice_key(Problem const& p) {
-  return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
-}
-
-// The built-in choice's cache key: the shape key plus what else choose_kernel() and the
-// families' refusals read to pick between decode and table kernels (query heads per K/V head,
-// the layout, the page size: the sm90 family reads pages of 16 rows but not of 1, so a page-1
-// cache's fallback must not become the pick for a page-16 one of the same shape).
-using BuiltinKey = std::tuple<ChoiceKey, int64_t, int, int64_t>;
-
-inline BuiltinKey builtin_key(Problem const& p) {
-  return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout),
-          p.page_size};
-}
 
 // Shapes whose built-in choice a context remembers: about 100 bytes each, 400 KiB in all.
 inline constexpr size_t kMaxCachedChoices = 4096;

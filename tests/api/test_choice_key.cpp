@@ -1,9 +1,9 @@
-// The context's per-shape cache of the built-in choice (src/api/context.hpp): its key holds every
+// The context's per-shape cache of the built-in choice (src/api/choice_key.hpp): its key holds every
 // field the choice and the families' refusals read, so a problem never reuses a kernel chosen
 // for a different one.
 #include <doctest/doctest.h>
 
-#include "api/context.hpp"
+#include "api/choice_key.hpp"
 
 namespace fa {
 
@@ -20,7 +20,7 @@ TEST_CASE("the built-in choice's cache key tells apart what the choice reads") {
   p.layout = Layout::kPagedKv;
   p.page_size = 1;
   BuiltinKey const page_1 = builtin_key(p);
-  // A page-1 cache's pick (a family may refuse pages that small) is not a page-16 cache's.
+  // A page-1 cache's pick is not a page-16 cache's (a family may refuse one and not the other).
   p.page_size = 16;
   CHECK(builtin_key(p) != page_1);
   Problem same = p;

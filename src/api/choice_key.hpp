@@ -1,0 +1,33 @@
+// The keys a context caches kernel choices under (context.hpp): host-only, so the tests can
+// check them without the CUDA headers.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+#include "core/problem.hpp"
+
+namespace fa {
+
+// What the kernel choice depends on: (dtype, causal, head_dim, seqlen_q, seqlen_k). The plan
+// cache's and the tuning results' key.
+using ChoiceKey = std::tuple<int, bool, int64_t, int64_t, int64_t>;
+
+inline ChoiceKey choice_key(Problem const& p) {
+  return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
+}
+
+// The built-in choice's cache key: the shape key plus what else choose_kernel() and the
+// families' refusals read to pick between decode and table kernels (query heads per K/V head,
+// the layout, the page size: a family may run some page sizes and not others, as the sm90
+// family ran pages of 16 rows but not of 1 before it gathered small pages, and a fallback chosen
+// for one must not become another's pick).
+using BuiltinKey = std::tuple<ChoiceKey, int64_t, int, int64_t>;
+
+inline BuiltinKey builtin_key(Problem const& p) {
+  return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout),
+          p.page_size};
+}
+
+}  // namespace fa
