@@ -19,7 +19,9 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
   return p.heads_q > p.heads_kv && p.seqlen_q < k.B_r;
 }
 
-std::string cannot_run(KernelConfig const&, Problem const&) { return {}; }
+std::string cannot_run(KernelConfig const&, Problem const& p) {
+  return value_dim_differs(p, "mma.sync");
+}
 
 // Decode-like problems (a few query rows per K/V head against many keys) are bound by reading K
 // and V, not by MMAs: they run on the smallest query tile, B_r = 64 with 4 warps
