@@ -95,6 +95,9 @@ fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, char con
 
 // fa_config as published in 0.2.0 ended with the o strides.
 constexpr size_t kConfigSize_0_2 = offsetof(fa_config, layout);
+// No tail padding: every struct_size a caller's header can give ends at a field, so a larger
+// struct's first unknown byte is a field of a newer version (see fa_kernel_config's 0.2 trap).
+static_assert(offsetof(fa_config, head_dim_v) + sizeof(int64_t) == sizeof(fa_config));
 
 fa_status check_features(fa_config const* c) {
   if (c->layout < FA_LAYOUT_DENSE || c->layout > FA_LAYOUT_PAGED_KV) {
