@@ -426,7 +426,8 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
   }
   MergeShape m{static_cast<DType>(c->dtype), c->batch, c->seqlen, c->heads, c->head_dim, {}, 0, 0};
   int64_t const strides[3] = {c->o_batch_stride, c->o_seq_stride, c->o_head_stride};
-  if (fa_status s = resolve_strides("o", m.seqlen, m.heads, "head_dim", m.head_dim, strides, &m.o);
+  if (fa_status s =
+          resolve_strides("o", m.seqlen, m.heads, "head_dim", m.head_dim, strides, &m.o);
       s != FA_STATUS_SUCCESS) {
     return s;
   }

@@ -1,5 +1,5 @@
 // The mma.sync family's rules (sm_80 and newer): GQA packing for decode, the decode kernel, and
-// split-KV. Its kernels run every feature of the library.
+// split-KV. Its kernels run every feature of the library but a head_dim_v other than head_dim.
 #include <algorithm>
 #include <climits>
 #include <cmath>
