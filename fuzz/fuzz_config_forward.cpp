@@ -67,6 +67,8 @@
 //   contents      in this order, each only when the config uses it and it has at most 4096
 //                 entries: cu_seqlens_q, cu_seqlens_k, cache_seqlens, block_table
 //                 (batch x max_pages_per_seq), alibi_slopes (heads_q or batch x heads_q), sinks
+//   u8 head_dim_v < 0xF0: that value (0: head_dim); 0xFF: an i64 follows; else the raw value
+//                 - 0xF8 (appended with the field: inputs without it keep head_dim_v = 0)
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -89,8 +91,9 @@ namespace {
 
 // Work and memory per input, so one runs in milliseconds under ASan (about 6 ms on average, 10^4
 // inputs a minute on a 2-core machine; caps 4x larger gave a third of that): multiply-adds of the
-// scores (batch * heads_q * seqlen_q * seqlen_k * head_dim), elements per buffer, and head_dim
-// (the CPU backend keeps four 64-row tiles of it per thread).
+// scores or of P.V (batch * heads_q * seqlen_q * seqlen_k * the larger of head_dim and
+// head_dim_v), elements per buffer, and head_dim and head_dim_v (the CPU backend keeps two
+// 64-row tiles of each per thread).
 constexpr double kMaxWork = 1 << 18;
 constexpr int64_t kMaxElems = 1 << 16;
 constexpr int64_t kMaxHeadDim = 1024;
@@ -410,10 +413,13 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
     if (x < 1) finding("an extent below 1 for a valid config");
     if (x > kMaxElems) return trace("too large", 0);
   }
+  int64_t const dv = e.head_dim_v != 0 ? e.head_dim_v : e.head_dim;  // o's columns
   double const work = static_cast<double>(e.batch) * static_cast<double>(e.heads_q) *
                       static_cast<double>(e.seqlen_q) * static_cast<double>(e.seqlen_k) *
-                      static_cast<double>(e.head_dim);
-  if (work > kMaxWork || e.head_dim > kMaxHeadDim || !r.complete) return trace("too much work", 0);
+                      static_cast<double>(std::max(e.head_dim, dv));
+  if (work > kMaxWork || e.head_dim > kMaxHeadDim || dv > kMaxHeadDim || !r.complete) {
+    return trace("too much work", 0);
+  }
 
   size_t const bytes = e.dtype == FA_DTYPE_FP32 ? 4 : 2;
   Buffer q = allocate(ext_q, bytes), k = allocate(ext_k, bytes), v = allocate(ext_v, bytes);
@@ -469,7 +475,7 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
   bool const varlen = e.layout == FA_LAYOUT_VARLEN;
   int64_t ob = e.o_batch_stride, os = e.o_seq_stride, oh = e.o_head_stride;
   if (ob == 0 && os == 0 && oh == 0) {
-    oh = e.head_dim;
+    oh = dv;
     os = e.heads_q * oh;
     ob = varlen ? 0 : e.seqlen_q * os;
   }
@@ -491,7 +497,7 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
       int64_t const visible = visible_keys(e, i, sq, sk);
       for (int64_t h = 0; h < e.heads_q; ++h) {
         int64_t const row = varlen ? (first + i) * os : b * ob + i * os;
-        for (int64_t d = 0; d < e.head_dim; ++d) {
+        for (int64_t d = 0; d < dv; ++d) {
           int64_t const at = row + h * oh + d;
           in_view[static_cast<size_t>(at)] = true;
           bool poisoned = false;
@@ -634,6 +640,8 @@ extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
     c.total_q = run.cu_q[c.batch];
     c.total_k = run.cu_k[c.batch];
   }
+  uint8_t const dim_v = in.u8();
+  c.head_dim_v = dim_v == 0xFF ? in.i64() : dim_v < 0xF0 ? int64_t{dim_v} : int64_t{dim_v} - 0xF8;
 
   // The config as the library is to see it: a shorter struct in a buffer of exactly its size
   // (its missing fields count as 0), a larger one with its extra bytes.

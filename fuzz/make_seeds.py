@@ -11,7 +11,8 @@
                    K/V broadcast over the batch, GQA, causal with rows that see no key, a larger
                    struct), of each 0.3 layout (varlen, KV cache, paged KV cache) and feature
                    (sliding window, softcap, ALiBi per head and per batch, sinks, num_splits, a
-                   0.2-sized struct), one of each kind of refusal, the paged and varlen index
+                   0.2-sized struct, head_dim_v), one of each kind of refusal, the paged and
+                   varlen index
                    paths at the validation bounds and the int32/int64 limits, and the
                    regressions the fuzzer (or a probe) found;
   merge_states/    fa_merge_states inputs in fuzz_merge_states.cpp's byte layout: separate, in
@@ -195,6 +196,24 @@ def inference_configs():
           config(FP16, 1, False, [1, 3, 4, 1, 1, 8],
                  ext=ext(layout=PAGED_KV, fields=(4, 1, 4), sinks=1,
                          contents=bytes([4, 3, 2, 1, 0, 100]))))
+    # head_dim_v (its byte follows the contents): DeepSeek's 192/128 causal, a varlen and a
+    # paged problem with v narrower and wider than head_dim, and refusals of a negative and a
+    # huge value.
+    write("config_forward", "head_dim_v_192_128",
+          config(BF16, 1, True, [1, 5, 9, 1, 2, 192], ext=ext() + bytes([128])))
+    write("config_forward", "head_dim_v_varlen",
+          config(FP32, 1, True, [3, 8, 12, 1, 2, 16],
+                 ext=ext(layout=VARLEN, fields=(0, 0), derive_totals=True,
+                         contents=bytes([5, 0, 8, 12, 3, 7])) + bytes([8])))
+    write("config_forward", "head_dim_v_paged_wider",
+          config(FP16, 0, True, [2, 2, 10, 2, 2, 16],
+                 ext=ext(layout=PAGED_KV, fields=(5, 4, 3), contents=bytes([10, 5, 4, 0, 2, 1, 3, 0]))
+                 + bytes([40])))
+    write("config_forward", "bad_head_dim_v_negative",
+          config(BF16, 0, False, [1, 1, 1, 1, 1, 8], ext=ext() + bytes([0xF0])))
+    write("config_forward", "bad_head_dim_v_huge",
+          config(BF16, 0, False, [1, 1, 1, 1, 1, 8], ext=ext() + bytes([0xFF])
+                 + struct.pack("<q", 2**62)))
     # A 0.2 caller: struct_size ends before layout, so the 0.3 fields set here are ignored.
     write("config_forward", "struct_size_0_2",
           config(BF16, 0, True, [1, 4, 4, 1, 1, 8], ext=ext(layout=VARLEN, fields=(1, 1),

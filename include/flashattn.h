@@ -174,13 +174,15 @@ typedef enum fa_dtype {
  *  Fill it with fa_config_init() first, then set the fields. Fields are only ever appended; the library
  *  reads struct_size to know which fields the caller's version has.
  *
- *  Shapes: q is [batch, seqlen_q, heads_q, head_dim]; k and v are [batch, seqlen_k, heads_kv, head_dim];
- *  o is [batch, seqlen_q, heads_q, head_dim]; the optional lse is float32 [batch, heads_q, seqlen_q],
- *  contiguous.
+ *  Shapes: q is [batch, seqlen_q, heads_q, head_dim]; k is [batch, seqlen_k, heads_kv, head_dim];
+ *  v is [batch, seqlen_k, heads_kv, head_dim_v]; o is [batch, seqlen_q, heads_q, head_dim_v]; the
+ *  optional lse is float32 [batch, heads_q, seqlen_q], contiguous. head_dim_v is head_dim unless
+ *  set (see the field); the layouts below write v's and o's last dimension as head_dim.
  *
  *  Strides are in elements. When the three strides of one tensor are all 0 (fa_config_init()'s default),
- *  that tensor is taken as packed: batch stride seqlen*heads*head_dim, seq stride heads*head_dim, head
- *  stride head_dim (so a tensor broadcast along all three dimensions cannot be expressed). Otherwise
+ *  that tensor is taken as packed: batch stride seqlen*heads*dim, seq stride heads*dim, head
+ *  stride dim, dim being the tensor's last dimension (head_dim for q and k, head_dim_v for v and
+ *  o), so a tensor broadcast along all three dimensions cannot be expressed. Otherwise
  *  each stride must be >= 0, and o's strides must not make two elements of o share memory. Inputs may
  *  overlap each other (a stride of 0 broadcasts); o and lse must not overlap q, k, v, the run-time
  *  arrays of fa_run_args or each other. These checks compare address ranges [base, base + extent),
@@ -253,6 +255,19 @@ typedef struct fa_config {
   int64_t max_pages_per_seq; /*!< FA_LAYOUT_PAGED_KV: columns of block_table (>= 1,
                              max_pages_per_seq * page_size >= seqlen_k, and
                              batch * max_pages_per_seq <= 2^60, since 0.3.0); else 0. */
+
+  /* ---- Since 0.3.0, appended after max_pages_per_seq. A caller whose struct_size ends before
+   *      it (built against 0.2, or against a 0.3 header without it) reads it as 0. ---- */
+  int64_t head_dim_v;   /*!< The value head dim: v is [..., heads_kv, head_dim_v] and o
+                             [..., heads_q, head_dim_v], while q and k keep head_dim (DeepSeek-V2/V3
+                             prefill: head_dim 192, head_dim_v 128). 0 (the default) means
+                             head_dim; otherwise >= 1 (a negative value is
+                             FA_STATUS_INVALID_ARGUMENT). The default softmax_scale stays
+                             1/sqrt(head_dim). CPU contexts run any head_dim_v >= 1, smaller or
+                             larger than head_dim; GPU kernels run head_dim_v = head_dim only, and
+                             refuse any other value with FA_STATUS_UNSUPPORTED (a pinned kernel
+                             with FA_STATUS_KERNEL_NOT_AVAILABLE) and a message naming it.
+                             Columns of o past head_dim_v are never written. */
 } fa_config;
 
 /*! fa_layout : how a batch of sequences is laid out. Values pinned. Since 0.3.0. */
@@ -323,7 +338,8 @@ FA_API fa_status fa_config_init(fa_config* config);
 
 /*! fa_config_validate() :
  *  Checks everything about `config` that does not depend on where it runs: struct_size, the dtype
- *  and flag values, sizes >= 1, heads_q a multiple of heads_kv, a finite scale, strides >= 0, no
+ *  and flag values, sizes >= 1 (head_dim_v >= 0, 0 meaning head_dim), heads_q a multiple of
+ *  heads_kv, a finite scale, strides >= 0, no
  *  overlap within o, and bounded extents: each tensor spans fewer than 2^60 elements, and the LSE
  *  and each run-time array the config uses (fa_run_args: batch + 1 offsets, batch lengths,
  *  batch * max_pages_per_seq page indices, heads_q or batch * heads_q slopes, heads_q sinks)
@@ -337,8 +353,9 @@ FA_API fa_status fa_config_validate(const fa_config* config);
 /*! fa_config_extents() :
  *  The number of elements each tensor spans from its base pointer (its largest element offset
  *  plus one), so a caller can check that its buffers are large enough: q, k, v and o as laid out
- *  by `config`'s strides (for FA_LAYOUT_VARLEN over total_q / total_k rows, for
- *  FA_LAYOUT_PAGED_KV k and v over num_pages pages), and lse (batch * heads_q * seqlen_q, or
+ *  by `config`'s strides (v and o over head_dim_v columns; for FA_LAYOUT_VARLEN over total_q /
+ *  total_k rows, for FA_LAYOUT_PAGED_KV k and v over num_pages pages), and lse (batch * heads_q *
+ *  seqlen_q, or
  *  heads_q * total_q for varlen). Each output pointer may be NULL.
  *  @return as fa_config_validate(); the outputs are written only on success.
  *  Thread-safe. Since 0.2.0 (the layouts since 0.3.0). */
@@ -407,10 +424,10 @@ FA_API fa_status fa_context_device(const fa_context_t* ctx, int* device);
  *  @param stream  on a GPU context, the stream the kernel is launched on; the call returns without
  *                 waiting for the kernel (errors found while it runs surface in later CUDA calls). Must
  *                 be NULL on a CPU context, where the call computes synchronously on the calling thread
- *                 and up to hardware_concurrency() worker threads, each holding about 1 KiB of
- *                 scratch per element of head_dim (rounded up to 16: 128 KiB at head_dim 128,
- *                 4 GiB at 2^22), allocated before any output is written (else
- *                 FA_STATUS_OUT_OF_MEMORY).
+ *                 and up to hardware_concurrency() worker threads, each holding about 512 bytes
+ *                 of scratch per element of head_dim and of head_dim_v (each rounded up to 16:
+ *                 128 KiB at head_dim = head_dim_v = 128, 4 GiB at 2^22), allocated before any
+ *                 output is written (else FA_STATUS_OUT_OF_MEMORY).
  *  The first call for a problem shape picks a kernel and caches the choice in the context (host work
  *  only); later calls reuse it. It allocates no device memory and does not synchronise the host.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT, FA_STATUS_BAD_STRUCT_SIZE (bad input, message
@@ -748,8 +765,9 @@ FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
 /*! fa_plan_workspace_size() :
  *  @param size  receives the bytes of device scratch memory fa_plan_run() needs: 0 for an unsplit
  *               plan, and for a split-KV plan (fa_plan_num_splits() > 1) the float32 partial
- *               outputs and LSEs of every split, num_splits * rows * heads_q * (head_dim + 1) * 4
- *               bytes rounded up to 256 (rows = batch * seqlen_q, or total_q for varlen).
+ *               outputs and LSEs of every split, num_splits * rows * heads_q * (head_dim_v + 1)
+ *               * 4 bytes rounded up to 256 (rows = batch * seqlen_q, or total_q for varlen;
+ *               head_dim_v as fa_config resolves it).
  *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
  *  Thread-safe. Since 0.1.0 (non-zero since 0.3.0). */
 FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);

@@ -115,17 +115,20 @@ class Config {
   Config() { check(fa_config_init(&config_)); }
 
   /*! The config of attention from q, k, v into o: dtype, sizes and strides from the tensors.
-   *  @throws Error(FA_STATUS_INVALID_ARGUMENT) when the shapes disagree (k and v must match, o
-   *          must match q, head_dim must agree); the library checks the rest when it runs. */
+   *  v's head_dim becomes fa_config.head_dim_v where it differs from q's (left 0 otherwise).
+   *  @throws Error(FA_STATUS_INVALID_ARGUMENT) when the shapes disagree (k and v must match but
+   *          for head_dim, o must match q but for head_dim, k's head_dim must be q's and o's
+   *          v's); the library checks the rest when it runs. */
   template <class T>
   static Config attention(Input<T> const& q, Input<T> const& k, Input<T> const& v,
                           Tensor<T> const& o) {
     if (k.batch != q.batch || v.batch != q.batch || o.batch != q.batch || v.seq != k.seq ||
         v.heads != k.heads || o.seq != q.seq || o.heads != q.heads || k.head_dim != q.head_dim ||
-        v.head_dim != q.head_dim || o.head_dim != q.head_dim) {
+        o.head_dim != v.head_dim) {
       throw Error(FA_STATUS_INVALID_ARGUMENT,
                   "tensor shapes disagree: q " + shape(q) + ", k " + shape(k) + ", v " + shape(v) +
-                      ", o " + shape(o) + " (want k and v alike, o like q, one head_dim)");
+                      ", o " + shape(o) +
+                      " (want k and v alike, o like q, k's head_dim q's, o's v's)");
     }
     Config c;
     fa_config& r = c.config_;
@@ -136,6 +139,8 @@ class Config {
     r.heads_q = q.heads;
     r.heads_kv = k.heads;
     r.head_dim = q.head_dim;
+    // 0 where the dims agree, so such a config also runs on a library older than head_dim_v.
+    r.head_dim_v = v.head_dim != q.head_dim ? v.head_dim : 0;
     r.q_batch_stride = q.batch_stride, r.q_seq_stride = q.seq_stride, r.q_head_stride = q.head_stride;
     r.k_batch_stride = k.batch_stride, r.k_seq_stride = k.seq_stride, r.k_head_stride = k.head_stride;
     r.v_batch_stride = v.batch_stride, r.v_seq_stride = v.seq_stride, r.v_head_stride = v.head_stride;

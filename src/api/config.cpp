@@ -65,16 +65,17 @@ bool non_overlapping(std::array<Dim, 4> dims) {
   return true;
 }
 
-fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, int64_t dim,
-                          int64_t const (&in)[3], TensorStrides* out) {
+// `dim_name` names the field that gives the tensor's last dimension (head_dim or head_dim_v).
+fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, char const* dim_name,
+                          int64_t dim, int64_t const (&in)[3], TensorStrides* out) {
   static char const* const kDims[3] = {"batch", "seq", "head"};
   if (in[0] == 0 && in[1] == 0 && in[2] == 0) {
     int64_t row, batch;
     if (!checked_product({heads, dim}, &row) || !checked_product({seq, row}, &batch)) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
-                  "fa_config: packed tensor %s of %lld x %lld x %lld elements per batch entry "
-                  "overflows int64",
-                  name, static_cast<long long>(seq), static_cast<long long>(heads),
+                  "fa_config: packed tensor %s of %lld x %lld x %s = %lld elements per batch "
+                  "entry overflows int64",
+                  name, static_cast<long long>(seq), static_cast<long long>(heads), dim_name,
                   static_cast<long long>(dim));
     }
     *out = {batch, row, dim};
@@ -94,6 +95,9 @@ fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, int64_t 
 
 // fa_config as published in 0.2.0 ended with the o strides.
 constexpr size_t kConfigSize_0_2 = offsetof(fa_config, layout);
+// No tail padding: every struct_size a caller's header can give ends at a field, so a larger
+// struct's first unknown byte is a field of a newer version (see fa_kernel_config's 0.2 trap).
+static_assert(offsetof(fa_config, head_dim_v) + sizeof(int64_t) == sizeof(fa_config));
 
 fa_status check_features(fa_config const* c) {
   if (c->layout < FA_LAYOUT_DENSE || c->layout > FA_LAYOUT_PAGED_KV) {
@@ -196,6 +200,13 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
                   static_cast<long long>(s.value));
     }
   }
+  // 0 is the default (head_dim); any positive value runs on the CPU, the GPU families refuse
+  // what their kernels do not cover (family.cpp's cannot_run).
+  if (c->head_dim_v < 0) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config.head_dim_v = %lld must be >= 1, or 0 for head_dim = %lld",
+                static_cast<long long>(c->head_dim_v), static_cast<long long>(c->head_dim));
+  }
   if (c->heads_q % c->heads_kv != 0) {
     return fail(FA_STATUS_INVALID_ARGUMENT,
                 "fa_config.heads_q = %lld is not a multiple of heads_kv = %lld",
@@ -226,6 +237,7 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   p.heads_q = c->heads_q;
   p.heads_kv = c->heads_kv;
   p.head_dim = c->head_dim;
+  p.head_dim_v = c->head_dim_v != 0 ? c->head_dim_v : c->head_dim;
   p.softmax_scale = c->softmax_scale != 0.f
                         ? c->softmax_scale
                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c->head_dim)));
@@ -233,6 +245,8 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   struct Tensor {
     char const* name;
     int64_t seq, heads;
+    char const* dim_name;
+    int64_t dim;
     int64_t strides[3];
     bool output;
     TensorStrides* out;
@@ -270,26 +284,31 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   int64_t const q_outer = varlen ? 1 : p.batch, q_seq = varlen ? p.total_q : p.seqlen_q;
   int64_t const k_outer = varlen ? 1 : paged ? p.num_pages : p.batch;
   int64_t const k_seq = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
+  int64_t const d = p.head_dim, dv = p.head_dim_v;
   Tensor tensors[4] = {
-      {"q", q_seq, p.heads_q, {c->q_batch_stride, c->q_seq_stride, c->q_head_stride}, false, &p.q},
-      {"k", k_seq, p.heads_kv, {c->k_batch_stride, c->k_seq_stride, c->k_head_stride}, false, &p.k},
-      {"v", k_seq, p.heads_kv, {c->v_batch_stride, c->v_seq_stride, c->v_head_stride}, false, &p.v},
-      {"o", q_seq, p.heads_q, {c->o_batch_stride, c->o_seq_stride, c->o_head_stride}, true, &p.o},
+      {"q", q_seq, p.heads_q, "head_dim", d,
+       {c->q_batch_stride, c->q_seq_stride, c->q_head_stride}, false, &p.q},
+      {"k", k_seq, p.heads_kv, "head_dim", d,
+       {c->k_batch_stride, c->k_seq_stride, c->k_head_stride}, false, &p.k},
+      {"v", k_seq, p.heads_kv, "head_dim_v", dv,
+       {c->v_batch_stride, c->v_seq_stride, c->v_head_stride}, false, &p.v},
+      {"o", q_seq, p.heads_q, "head_dim_v", dv,
+       {c->o_batch_stride, c->o_seq_stride, c->o_head_stride}, true, &p.o},
   };
   for (Tensor& t : tensors) {
-    fa_status s = resolve_strides(t.name, t.seq, t.heads, p.head_dim, t.strides, t.out);
+    fa_status s = resolve_strides(t.name, t.seq, t.heads, t.dim_name, t.dim, t.strides, t.out);
     if (s != FA_STATUS_SUCCESS) return s;
     if (varlen) t.out->batch = 0;
     int64_t const outer = (t.name[0] == 'q' || t.name[0] == 'o') ? q_outer : k_outer;
     std::array<Dim, 4> dims = {Dim{outer, t.out->batch}, Dim{t.seq, t.out->seq},
-                               Dim{t.heads, t.out->head}, Dim{p.head_dim, 1}};
+                               Dim{t.heads, t.out->head}, Dim{t.dim, 1}};
     // Byte offsets (up to 8 bytes per element) and the extent (last offset + 1) stay in int64.
     if (int64_t const last = max_offset(dims); last < 0 || last >= INT64_MAX / 8) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
-                  "fa_config: tensor %s with strides (%lld, %lld, %lld) spans 2^60 elements or "
-                  "more",
+                  "fa_config: tensor %s with strides (%lld, %lld, %lld) and %s = %lld columns "
+                  "spans 2^60 elements or more",
                   t.name, static_cast<long long>(t.out->batch), static_cast<long long>(t.out->seq),
-                  static_cast<long long>(t.out->head));
+                  static_cast<long long>(t.out->head), t.dim_name, static_cast<long long>(t.dim));
     }
     if (t.output && !non_overlapping(dims)) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
@@ -314,13 +333,17 @@ fa_status checked_extents(Problem const& p, Extents* out) {
   int64_t const q_outer = varlen ? 1 : p.batch, q_seq = varlen ? p.total_q : p.seqlen_q;
   int64_t const k_outer = varlen ? 1 : paged ? p.num_pages : p.batch;
   int64_t const k_seq = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
-  auto extent = [&](TensorStrides const& t, int64_t outer, int64_t seq, int64_t heads) {
-    int64_t const last = max_offset({Dim{outer, t.batch}, Dim{seq, t.seq}, Dim{heads, t.head},
-                                     Dim{p.head_dim, 1}});
+  auto extent = [&](TensorStrides const& t, int64_t outer, int64_t seq, int64_t heads,
+                    int64_t dim) {
+    int64_t const last =
+        max_offset({Dim{outer, t.batch}, Dim{seq, t.seq}, Dim{heads, t.head}, Dim{dim, 1}});
     return last < 0 || last >= kMaxElements ? int64_t{-1} : last + 1;
   };
-  Extents e{extent(p.q, q_outer, q_seq, p.heads_q), extent(p.k, k_outer, k_seq, p.heads_kv),
-            extent(p.v, k_outer, k_seq, p.heads_kv), extent(p.o, q_outer, q_seq, p.heads_q),
+  int64_t const d = p.head_dim, dv = p.head_dim_v;
+  Extents e{extent(p.q, q_outer, q_seq, p.heads_q, d),
+            extent(p.k, k_outer, k_seq, p.heads_kv, d),
+            extent(p.v, k_outer, k_seq, p.heads_kv, dv),
+            extent(p.o, q_outer, q_seq, p.heads_q, dv),
             0, 0, 0, 0, 0, 0};
   struct Tensor {
     char const* name;
@@ -403,7 +426,8 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
   }
   MergeShape m{static_cast<DType>(c->dtype), c->batch, c->seqlen, c->heads, c->head_dim, {}, 0, 0};
   int64_t const strides[3] = {c->o_batch_stride, c->o_seq_stride, c->o_head_stride};
-  if (fa_status s = resolve_strides("o", m.seqlen, m.heads, m.head_dim, strides, &m.o);
+  if (fa_status s =
+          resolve_strides("o", m.seqlen, m.heads, "head_dim", m.head_dim, strides, &m.o);
       s != FA_STATUS_SUCCESS) {
     return s;
   }

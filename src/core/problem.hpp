@@ -32,7 +32,8 @@ struct Problem {
   int64_t seqlen_k;
   int64_t heads_q;
   int64_t heads_kv;  // heads_q % heads_kv == 0; query head h reads K/V head h / (heads_q / heads_kv)
-  int64_t head_dim;
+  int64_t head_dim;    // columns of q and k
+  int64_t head_dim_v;  // columns of v and o (fa_config's 0 resolved to head_dim)
   float softmax_scale;
   TensorStrides q;
   TensorStrides k;

@@ -28,7 +28,8 @@ constexpr int64_t kBlockQ = 64;
 // each) stay in L2 next to the Q tile and the accumulator.
 constexpr int64_t kBlockK = 64;
 // Output columns per P.V step: 16 fp32 (four SSE vectors) with a trip count known at compile
-// time, so GCC's -O2 "very cheap" vectoriser needs no epilogue; head_dim is padded to it.
+// time, so GCC's -O2 "very cheap" vectoriser needs no epilogue; head_dim and head_dim_v are
+// padded to it.
 constexpr int64_t kLanes = 16;
 // Query rows per score step: each K^T row loaded from L1 feeds 2 rows. Measured (1 x 8 x 2048^2,
 // d = 128, one core): 1 row 0.97 s, 2 rows 0.87 s, 4 rows 0.85 s.
@@ -38,13 +39,15 @@ constexpr int64_t kScoreRows = 2;
 // as above: 2 rows 0.87 s, 4 rows 0.80 s, 8 rows 0.72 s, 16 rows 0.78 s.
 constexpr int64_t kPvRows = 8;
 
-// Largest head_dim whose workspace (three [64][dp] tiles and one [dp][64], a 64 x 64 score tile,
-// 2 x 64 row statistics) has a byte count that fits int64_t: larger ones could never be allocated,
-// and std::vector would throw std::length_error instead of std::bad_alloc.
-constexpr int64_t kMaxHeadDim =
+// Largest head_dim + head_dim_v whose workspace (a [64][dp] Q tile and a [dp][64] K tile, a
+// [64][dpv] V tile and accumulator, a 64 x 64 score tile, 2 x 64 row statistics; dp and dpv each
+// at most kLanes - 1 columns past their dim) has a byte count that fits int64_t: larger ones
+// could never be allocated, and std::vector would throw std::length_error instead of
+// std::bad_alloc. Both dims are below 2^60 (checked extents), so their sum cannot overflow.
+constexpr int64_t kMaxDimSum =
     (std::numeric_limits<int64_t>::max() / 4 - kBlockQ * kBlockK - 2 * kBlockQ) /
-        (3 * kBlockQ + kBlockK) -
-    kLanes;
+        (kBlockQ + kBlockK) -
+    2 * kLanes;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -135,25 +138,29 @@ struct Fp32 {
 
 // ---- Per-thread tiles ---------------------------------------------------------------------------
 
-// head_dim rounded up to kLanes; the padding columns of V and the accumulator stay 0.
+// A head dim rounded up to kLanes; the padding columns of V and the accumulator stay 0.
 int64_t padded_dim(int64_t d) { return (d + kLanes - 1) / kLanes * kLanes; }
 
 struct Workspace {
-  explicit Workspace(int64_t padded)
+  // `padded`: head_dim (q and k columns), `padded_v`: head_dim_v (v and o columns), each rounded
+  // up by padded_dim.
+  Workspace(int64_t padded, int64_t padded_v)
       : dp(padded),
+        dpv(padded_v),
         q(static_cast<size_t>(kBlockQ * padded)),
         kt(static_cast<size_t>(padded * kBlockK)),
-        v(static_cast<size_t>(kBlockK * padded)),
-        acc(static_cast<size_t>(kBlockQ * padded)),
+        v(static_cast<size_t>(kBlockK * padded_v)),
+        acc(static_cast<size_t>(kBlockQ * padded_v)),
         s(static_cast<size_t>(kBlockQ * kBlockK)),
         m(static_cast<size_t>(kBlockQ)),
         l(static_cast<size_t>(kBlockQ)) {}
 
   int64_t dp;
+  int64_t dpv;
   std::vector<float> q;    // [kBlockQ][dp] query rows
   std::vector<float> kt;   // [dp][kBlockK] key tile, transposed so score loops run over keys
-  std::vector<float> v;    // [kBlockK][dp] value tile
-  std::vector<float> acc;  // [kBlockQ][dp] unnormalised output rows
+  std::vector<float> v;    // [kBlockK][dpv] value tile
+  std::vector<float> acc;  // [kBlockQ][dpv] unnormalised output rows
   std::vector<float> s;    // [kBlockQ][kBlockK] scaled scores, then probabilities
   std::vector<float> m;    // running row maxima
   std::vector<float> l;    // running row sums of exp(score - m)
@@ -254,16 +261,16 @@ void score_rows(Workspace& w, int64_t i, int64_t d, float scale) {
 // acc[i + r] += P[i + r, :n_keys] . V[:n_keys] for r < R.
 template <int64_t R>
 void accumulate_rows(Workspace& w, int64_t i, int64_t n_keys) {
-  for (int64_t c0 = 0; c0 < w.dp; c0 += kLanes) {
+  for (int64_t c0 = 0; c0 < w.dpv; c0 += kLanes) {
     float a[R][kLanes];
     for (int64_t r = 0; r < R; ++r) {
-      const float* ar = w.acc.data() + (i + r) * w.dp + c0;
+      const float* ar = w.acc.data() + (i + r) * w.dpv + c0;
       for (int64_t t = 0; t < kLanes; ++t) {
         a[r][t] = ar[t];
       }
     }
     for (int64_t j = 0; j < n_keys; ++j) {
-      const float* vr = w.v.data() + j * w.dp + c0;
+      const float* vr = w.v.data() + j * w.dpv + c0;
       for (int64_t r = 0; r < R; ++r) {
         const float pj = w.s[static_cast<size_t>((i + r) * kBlockK + j)];
         for (int64_t t = 0; t < kLanes; ++t) {
@@ -272,7 +279,7 @@ void accumulate_rows(Workspace& w, int64_t i, int64_t n_keys) {
       }
     }
     for (int64_t r = 0; r < R; ++r) {
-      float* ar = w.acc.data() + (i + r) * w.dp + c0;
+      float* ar = w.acc.data() + (i + r) * w.dpv + c0;
       for (int64_t t = 0; t < kLanes; ++t) {
         ar[t] = a[r][t];
       }
@@ -302,8 +309,8 @@ void softmax_row(Workspace& w, int64_t i, int64_t n_keys) {
   }
   const float alpha = std::exp(m_old - m_new);  // 0 on the first visible tile (m_old = -inf)
   if (alpha != 1.0f) {
-    float* ar = w.acc.data() + i * w.dp;
-    for (int64_t c = 0; c < w.dp; ++c) {
+    float* ar = w.acc.data() + i * w.dpv;
+    for (int64_t c = 0; c < w.dpv; ++c) {
       ar[c] *= alpha;
     }
   }
@@ -319,8 +326,8 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
   if (i0 >= seq.sq) {
     return;  // a varlen sequence shorter than the longest: this tile has no rows
   }
-  const int64_t d = p.head_dim;
-  const int64_t dp = w.dp;
+  const int64_t d = p.head_dim, dv = p.head_dim_v;
+  const int64_t dp = w.dp, dpv = w.dpv;
   const int64_t nq = std::min(kBlockQ, seq.sq - i0);
   const int64_t g = h / (p.heads_q / p.heads_kv);
   // The visible ranges move right with the row, so the tile's keys are those from the first
@@ -338,7 +345,7 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
       dst[c] = E::load(src[c]);
     }
   }
-  std::fill(w.acc.begin(), w.acc.begin() + nq * dp, 0.0f);
+  std::fill(w.acc.begin(), w.acc.begin() + nq * dpv, 0.0f);
   std::fill(w.m.begin(), w.m.begin() + nq, kNegInf);
   std::fill(w.l.begin(), w.l.begin() + nq, 0.0f);
 
@@ -349,9 +356,11 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
     for (int64_t j = 0; j < nk; ++j) {
       const S* ks = k + seq.k_offset(p.k, j0 + j, g);
       const S* vs = v + seq.k_offset(p.v, j0 + j, g);
-      float* vd = w.v.data() + j * dp;
       for (int64_t c = 0; c < d; ++c) {
         w.kt[static_cast<size_t>(c * kBlockK + j)] = E::load(ks[c]);
+      }
+      float* vd = w.v.data() + j * dpv;
+      for (int64_t c = 0; c < dv; ++c) {
         vd[c] = E::load(vs[c]);
       }
     }
@@ -404,12 +413,12 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
       l = l * out_scale + (sink == kNegInf ? 0.0f : std::exp(sink - top));  // -inf: no sink
       m = top;
     }
-    const float* ar = w.acc.data() + i * dp;
+    const float* ar = w.acc.data() + i * dpv;
     S* dst = o + seq.q_offset(p.o, i0 + i, h);
     // l == 0 only when the row saw no key (every visible key adds exp(0) = 1 at its maximum)
     // and has no sink.
     const float inv = l == 0.0f ? 0.0f : out_scale / l;
-    for (int64_t c = 0; c < d; ++c) {
+    for (int64_t c = 0; c < dv; ++c) {
       dst[c] = E::store(ar[c] * inv);
     }
     if (t.lse != nullptr) {
@@ -423,17 +432,17 @@ void run(const Problem& p, const Tensors& t, int n_threads) {
   const int64_t n_tiles = (p.seqlen_q + kBlockQ - 1) / kBlockQ;
   const int64_t n_heads = p.batch * p.heads_q;
   const int64_t n_units = n_heads * n_tiles;
-  if (p.head_dim > kMaxHeadDim) {
+  if (p.head_dim + p.head_dim_v > kMaxDimSum) {
     throw std::bad_alloc();
   }
-  const int64_t dp = padded_dim(p.head_dim);
+  const int64_t dp = padded_dim(p.head_dim), dpv = padded_dim(p.head_dim_v);
   const auto n_workers = static_cast<int>(std::clamp<int64_t>(n_threads, 1, n_units));
 
   // Allocated here, so an allocation failure throws before any thread starts or output is written.
   std::vector<Workspace> workspaces;
   workspaces.reserve(static_cast<size_t>(n_workers));
   for (int i = 0; i < n_workers; ++i) {
-    workspaces.emplace_back(dp);
+    workspaces.emplace_back(dp, dpv);
   }
 
   std::atomic<int64_t> next{0};

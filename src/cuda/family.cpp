@@ -1,6 +1,7 @@
 #include "cuda/family.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace fa::cuda {
 
@@ -16,10 +17,18 @@ bool needs_general(Problem const& p, bool pack_gqa, int num_splits) {
          p.softmax_scale < 0.f || pack_gqa || num_splits > 1;
 }
 
+std::string value_dim_differs(Problem const& p, char const* family) {
+  if (p.head_dim_v == p.head_dim) return {};
+  return "head_dim_v = " + std::to_string(p.head_dim_v) + " differs from head_dim = " +
+         std::to_string(p.head_dim) + ": the " + family +
+         " family's kernels read V and write O with head_dim columns";
+}
+
 size_t split_workspace_bytes(Problem const& p, int num_splits) {
-  // [num_splits, rows, heads_q, d] partial outputs and [num_splits, heads_q, rows] LSEs.
+  // [num_splits, rows, heads_q, head_dim_v] partial outputs (O's columns) and
+  // [num_splits, heads_q, rows] LSEs.
   size_t const floats = size_t(num_splits) * size_t(p.q_rows()) * size_t(p.heads_q) *
-                        size_t(p.head_dim + 1);
+                        size_t(p.head_dim_v + 1);
   return (floats * sizeof(float) + 255) / 256 * 256;
 }
 

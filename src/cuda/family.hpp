@@ -60,6 +60,10 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 // cache, score transforms, sinks, packed GQA and splits are general.
 bool needs_general(Problem const& p, bool pack_gqa, int num_splits);
 
+// Why a family whose kernels read V and write O with head_dim columns cannot run `p`: a
+// message naming head_dim_v and head_dim (and `family`) when they differ, else empty.
+std::string value_dim_differs(Problem const& p, char const* family);
+
 // Bytes of the fp32 partials of a `num_splits`-way split (the combine kernel's layout,
 // combine.hpp), rounded up to 256.
 size_t split_workspace_bytes(Problem const& p, int num_splits);

@@ -124,6 +124,58 @@ TEST_CASE("hostile: every run-time array is bounded at validation") {
   CHECK(validate(c) == FA_STATUS_SUCCESS);
 }
 
+// head_dim_v (issue 18): its own sign check, and its own extents for v and o (the q and k
+// extents keep head_dim), overflow included; a refused forward leaves o untouched.
+TEST_CASE("hostile: head_dim_v is checked and bounds v and o by itself") {
+  fa_config c = base_config();
+  c.head_dim_v = -1;
+  expect_refused(c, "head_dim_v = -1");
+  c.head_dim_v = INT64_MIN;
+  expect_refused(c, "head_dim_v");
+  c.head_dim_v = INT64_MAX;  // packed v and o: seq x heads x head_dim_v fits int64, 2^60 not
+  expect_refused(c, "head_dim_v");
+  c.seqlen_k = 3;  // now the packed batch stride overflows int64
+  expect_refused(c, "head_dim_v");
+  c.seqlen_k = 1;
+  c.head_dim_v = kTwo60;  // one row of 2^60 columns: at the bound
+  expect_refused(c, "head_dim_v");
+  c.head_dim_v = kTwo60 - 1;
+  CHECK(validate(c) == FA_STATUS_SUCCESS);
+  c.head_dim_v = (int64_t{1} << 58) + 1;  // 4 heads: v and o span 2^60 + 3 elements
+  c.heads_q = c.heads_kv = 4;
+  expect_refused(c, "head_dim_v");
+  // Explicit strides: v's last row runs head_dim_v columns past its offset.
+  c = base_config();
+  c.seqlen_k = 2;
+  c.v_batch_stride = 0;
+  c.v_seq_stride = kTwo60 / 2;
+  c.v_head_stride = 1;
+  c.head_dim_v = kTwo60 / 2 - 1;
+  CHECK(validate(c) == FA_STATUS_SUCCESS);
+  c.head_dim_v = kTwo60 / 2;
+  expect_refused(c, "tensor v");
+
+  int64_t q = 0, k = 0, v = 0, o = 0;
+  c = base_config();  // head_dim 4, one row of each
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.head_dim_v = 10;
+  REQUIRE(fa_config_extents(&c, &q, &k, &v, &o, nullptr) == FA_STATUS_SUCCESS);
+  CHECK(q == 4 * 4);
+  CHECK(k == 2 * 4);
+  CHECK(v == 2 * 10);
+  CHECK(o == 4 * 10);
+
+  Cpu cpu;
+  c = base_config();
+  c.head_dim_v = -4;
+  std::vector<float> qkv(4), out(4, -1.f);
+  CHECK(fa_forward(cpu.ctx, &c, qkv.data(), qkv.data(), qkv.data(), out.data(), nullptr,
+                   nullptr) == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(fa_last_error_detail()).find("head_dim_v = -4") != std::string::npos);
+  CHECK(out[0] == -1.f);
+}
+
 // Defect 3: fa_merge_states on a CPU context read misaligned floats (UBSan) where fa_forward
 // refuses the same pointers.
 TEST_CASE("hostile: fa_merge_states checks element alignment on every backend") {

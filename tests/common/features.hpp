@@ -25,6 +25,7 @@ struct FeatureCase {
   int64_t heads_q = 4;
   int64_t heads_kv = 2;
   int64_t head_dim = 64;
+  int64_t head_dim_v = 0;  // 0: head_dim (as fa_config)
   // Per sequence. Dense: every entry equal; caches: every sq equal. Caches: sk is the visible
   // length (cache_seqlens);
   // the capacity is the longest plus capacity_extra rows that must never be read.
@@ -47,6 +48,11 @@ struct FeatureCase {
   int64_t max_sk() const { return *std::max_element(sk.begin(), sk.end()); }
   bool cache() const { return layout == FA_LAYOUT_KV_CACHE || layout == FA_LAYOUT_PAGED_KV; }
   int64_t capacity() const { return cache() ? max_sk() + capacity_extra : max_sk(); }
+  int64_t dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
+  // o's head stride: packed, or with a head_dim_v that differs, kOutPad poisoned columns after
+  // each head's row that the library must never write.
+  int64_t o_cols() const { return dim_v() + (dim_v() != head_dim ? kOutPad : 0); }
+  static constexpr int64_t kOutPad = 8;
   int64_t total_q() const { return std::accumulate(sq.begin(), sq.end(), int64_t{0}); }
   int64_t total_k() const { return std::accumulate(sk.begin(), sk.end(), int64_t{0}); }
   double effective_scale() const {
@@ -57,7 +63,7 @@ struct FeatureCase {
 inline std::string describe(const FeatureCase& c) {
   std::ostringstream s;
   s << "dtype " << c.dtype << " layout " << c.layout << " heads " << c.heads_q << '/' << c.heads_kv
-    << " d " << c.head_dim << " sq [";
+    << " d " << c.head_dim << '/' << c.dim_v() << " sq [";
   for (int64_t x : c.sq) s << x << ' ';
   s << "] sk [";
   for (int64_t x : c.sk) s << x << ' ';
@@ -79,14 +85,23 @@ struct FeatureData {
   int64_t q_rows = 0;  // rows of q/o (batch * max_sq, or total_q)
   int64_t k_rows = 0;  // rows of k/v (batch * capacity, total_k, or num_pages * page_size)
 
-  // Element index of q/o row (b, i), head h, column 0.
-  int64_t q_index(int64_t b, int64_t i, int64_t h) const {
-    const int64_t row = c.layout == FA_LAYOUT_VARLEN ? cu_q[static_cast<size_t>(b)] + i
-                                                     : b * c.max_sq() + i;
-    return (row * c.heads_q + h) * c.head_dim;
+  // Row of q/o for query i of sequence b.
+  int64_t q_row(int64_t b, int64_t i) const {
+    return c.layout == FA_LAYOUT_VARLEN ? cu_q[static_cast<size_t>(b)] + i : b * c.max_sq() + i;
   }
-  // Element index of key row j of sequence b, K/V head g, column 0.
-  int64_t k_index(int64_t b, int64_t j, int64_t g) const {
+  // Element index of q row (b, i), head h, column 0.
+  int64_t q_index(int64_t b, int64_t i, int64_t h) const {
+    return (q_row(b, i) * c.heads_q + h) * c.head_dim;
+  }
+  // Element index of o row (b, i), head h, column 0.
+  int64_t o_index(int64_t b, int64_t i, int64_t h) const {
+    return (q_row(b, i) * c.heads_q + h) * c.o_cols();
+  }
+  // Element index of key row j of sequence b, K/V head g, column 0 of k (dim head_dim) or, with
+  // `dim` = head_dim_v, of v.
+  int64_t k_index(int64_t b, int64_t j, int64_t g) const { return kv_index(b, j, g, c.head_dim); }
+  int64_t v_index(int64_t b, int64_t j, int64_t g) const { return kv_index(b, j, g, c.dim_v()); }
+  int64_t kv_index(int64_t b, int64_t j, int64_t g, int64_t dim) const {
     int64_t row = 0;
     switch (c.layout) {
       case FA_LAYOUT_VARLEN:
@@ -101,7 +116,7 @@ struct FeatureData {
       default:
         row = b * c.capacity() + j;
     }
-    return (row * c.heads_kv + g) * c.head_dim;
+    return (row * c.heads_kv + g) * dim;
   }
   int64_t lse_index(int64_t b, int64_t h, int64_t i) const {
     return c.layout == FA_LAYOUT_VARLEN ? h * c.total_q() + cu_q[static_cast<size_t>(b)] + i
@@ -135,7 +150,7 @@ inline std::vector<unsigned char> random_bytes(int dtype, int64_t n, uint64_t se
 inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
   FeatureData d;
   d.c = c;
-  const int64_t B = c.batch(), D = c.head_dim;
+  const int64_t B = c.batch(), D = c.head_dim, Dv = c.dim_v(), Do = c.o_cols();
   std::mt19937_64 rng(seed);
   fa_config& f = d.config;
   fa_config_init(&f);
@@ -148,6 +163,7 @@ inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
   f.heads_q = c.heads_q;
   f.heads_kv = c.heads_kv;
   f.head_dim = D;
+  f.head_dim_v = c.head_dim_v;
   f.softmax_scale = c.scale;
   f.window = c.window ? 1 : 0;
   f.window_left = c.window ? c.left : 0;
@@ -194,20 +210,31 @@ inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
     f.page_size = c.page_size;
     f.max_pages_per_seq = per_seq;
     d.k_rows = pages * c.page_size;
-    f.k_batch_stride = f.v_batch_stride = c.page_size * c.heads_kv * D;
-    f.k_seq_stride = f.v_seq_stride = c.heads_kv * D;
-    f.k_head_stride = f.v_head_stride = D;
+    f.k_batch_stride = c.page_size * c.heads_kv * D;
+    f.v_batch_stride = c.page_size * c.heads_kv * Dv;
+    f.k_seq_stride = c.heads_kv * D;
+    f.v_seq_stride = c.heads_kv * Dv;
+    f.k_head_stride = D;
+    f.v_head_stride = Dv;
   }
   if (c.layout == FA_LAYOUT_VARLEN) {
-    for (int64_t* s : {&f.q_seq_stride, &f.o_seq_stride}) *s = c.heads_q * D;
-    for (int64_t* s : {&f.k_seq_stride, &f.v_seq_stride}) *s = c.heads_kv * D;
-    for (int64_t* s : {&f.q_head_stride, &f.k_head_stride, &f.v_head_stride, &f.o_head_stride}) *s = D;
+    f.q_seq_stride = c.heads_q * D;
+    f.o_seq_stride = c.heads_q * Do;
+    f.k_seq_stride = c.heads_kv * D;
+    f.v_seq_stride = c.heads_kv * Dv;
+    f.q_head_stride = f.k_head_stride = D;
+    f.v_head_stride = Dv;
+    f.o_head_stride = Do;
+  } else if (Do != Dv) {
+    f.o_batch_stride = c.max_sq() * c.heads_q * Do;
+    f.o_seq_stride = c.heads_q * Do;
+    f.o_head_stride = Do;
   }
   d.q = random_bytes(c.dtype, d.q_rows * c.heads_q * D, seed + 1);
   d.k = random_bytes(c.dtype, d.k_rows * c.heads_kv * D, seed + 2);
-  d.v = random_bytes(c.dtype, d.k_rows * c.heads_kv * D, seed + 3);
-  d.o.resize(static_cast<size_t>(d.q_rows * c.heads_q * D) * dtype_bytes(c.dtype));
-  poison(c.dtype, d.o.data(), d.q_rows * c.heads_q * D);
+  d.v = random_bytes(c.dtype, d.k_rows * c.heads_kv * Dv, seed + 3);
+  d.o.resize(static_cast<size_t>(d.q_rows * c.heads_q * Do) * dtype_bytes(c.dtype));
+  poison(c.dtype, d.o.data(), d.q_rows * c.heads_q * Do);
   d.lse.resize(static_cast<size_t>(d.q_rows * c.heads_q));
   poison_lse(d.lse.data(), static_cast<int64_t>(d.lse.size()));
   std::uniform_real_distribution<float> slope(0.01f, 0.3f), sink(-1.0f, 2.0f);
@@ -223,17 +250,17 @@ inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
 }
 
 struct FeatureReference {
-  std::vector<double> o;    // [q_rows, heads_q, head_dim] like the output
+  std::vector<double> o;    // [q_rows, heads_q, o_cols()] like the output
   std::vector<double> lse;  // like the lse output
 };
 
 // Attention in float64 from the definitions in flashattn.h.
 inline FeatureReference feature_reference(const FeatureData& d) {
   const FeatureCase& c = d.c;
-  const int64_t D = c.head_dim, group = c.heads_q / c.heads_kv;
+  const int64_t D = c.head_dim, Dv = c.dim_v(), group = c.heads_q / c.heads_kv;
   const double scale = c.effective_scale();
   FeatureReference r;
-  r.o.assign(static_cast<size_t>(d.q_rows * c.heads_q * D), 0.0);
+  r.o.assign(static_cast<size_t>(d.q_rows * c.heads_q * c.o_cols()), 0.0);
   r.lse.assign(d.lse.size(), -kInf);
   auto decode = [&](const std::vector<unsigned char>& buf) {
     std::vector<double> out(buf.size() / dtype_bytes(c.dtype));
@@ -271,7 +298,7 @@ inline FeatureReference feature_reference(const FeatureData& d) {
           p[static_cast<size_t>(j)] = s;
           top = std::max(top, s);
         }
-        const int64_t oi = d.q_index(b, i, h);
+        const int64_t oi = d.o_index(b, i, h);
         if (top == -kInf) continue;  // nothing visible, no sink: O = 0, LSE = -inf
         double sum = c.sinks ? std::exp(d.sinks[static_cast<size_t>(h)] - top) : 0.0;
         for (double& x : p) {
@@ -281,8 +308,8 @@ inline FeatureReference feature_reference(const FeatureData& d) {
         for (int64_t j = 0; j < sk; ++j) {
           const double w = p[static_cast<size_t>(j)] / sum;
           if (w == 0.0) continue;
-          const int64_t vj = d.k_index(b, j, g);
-          for (int64_t x = 0; x < D; ++x) {
+          const int64_t vj = d.v_index(b, j, g);
+          for (int64_t x = 0; x < Dv; ++x) {
             r.o[static_cast<size_t>(oi + x)] += w * v[static_cast<size_t>(vj + x)];
           }
         }
@@ -297,10 +324,11 @@ struct FeatureErrors {
   double o_max = 0.0;     // largest |o - ref| over the rows the case defines
   double lse_max = 0.0;   // largest |lse - ref| (matching infinities count 0)
   int64_t bad = 0;        // elements that are NaN, or where an infinity does not match
+  int64_t written_past = 0;  // o columns past head_dim_v (o_cols() > dim_v()) not left poisoned
 };
 
 // Compares o and lse (host copies laid out as in `d`) with the reference over every row of
-// every sequence.
+// every sequence, and counts the columns past head_dim_v that were written.
 inline FeatureErrors compare_features(const FeatureData& d, const void* o, const float* lse,
                                       const FeatureReference& r) {
   const FeatureCase& c = d.c;
@@ -308,14 +336,17 @@ inline FeatureErrors compare_features(const FeatureData& d, const void* o, const
   for (int64_t b = 0; b < c.batch(); ++b) {
     for (int64_t h = 0; h < c.heads_q; ++h) {
       for (int64_t i = 0; i < c.sq[static_cast<size_t>(b)]; ++i) {
-        const int64_t oi = d.q_index(b, i, h);
-        for (int64_t x = 0; x < c.head_dim; ++x) {
+        const int64_t oi = d.o_index(b, i, h);
+        for (int64_t x = 0; x < c.dim_v(); ++x) {
           const double got = load_elem(c.dtype, o, oi + x);
           if (std::isnan(got)) {
             ++e.bad;
             continue;
           }
           e.o_max = std::max(e.o_max, std::fabs(got - r.o[static_cast<size_t>(oi + x)]));
+        }
+        for (int64_t x = c.dim_v(); x < c.o_cols(); ++x) {
+          if (!std::isnan(load_elem(c.dtype, o, oi + x))) ++e.written_past;
         }
         const auto li = static_cast<size_t>(d.lse_index(b, h, i));
         const double got = lse[li], want = r.lse[li];

@@ -161,9 +161,12 @@ struct TestProblem {
   int64_t heads_q = 1;
   int64_t heads_kv = 1;
   int64_t head_dim = 1;
+  int64_t head_dim_v = 0;  // as fa_config::head_dim_v: 0 means head_dim (see dim_v())
   bool causal = false;
   float scale = 0.0f;  // as fa_config::softmax_scale: 0 means 1/sqrt(head_dim)
   TensorLayout q, k, v, o;
+  // Columns of v and o.
+  int64_t dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
   int64_t in_elems = 0;   // size of the input buffer holding q, k and v, in elements
   int64_t out_elems = 0;  // size of the output buffer holding o, in elements
 };
@@ -182,11 +185,11 @@ inline int64_t tensor_end(const TensorLayout& t, int64_t batch, int64_t seq, int
 // Recomputes in_elems / out_elems from the layouts; call it after editing strides by hand (for
 // example a stride of 0 to broadcast K/V over the batch).
 inline void update_extents(TestProblem& p) {
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.dim_v();
   p.in_elems = std::max({tensor_end(p.q, p.batch, p.seqlen_q, p.heads_q, d),
                          tensor_end(p.k, p.batch, p.seqlen_k, p.heads_kv, d),
-                         tensor_end(p.v, p.batch, p.seqlen_k, p.heads_kv, d)});
-  p.out_elems = tensor_end(p.o, p.batch, p.seqlen_q, p.heads_q, d);
+                         tensor_end(p.v, p.batch, p.seqlen_k, p.heads_kv, dv)});
+  p.out_elems = tensor_end(p.o, p.batch, p.seqlen_q, p.heads_q, dv);
 }
 
 // Row-major [batch, seq, heads, dim] with `pad` unused elements after each head row, each
@@ -204,52 +207,55 @@ inline int64_t padded_layout(TensorLayout& t, int64_t offset, int64_t batch, int
 // `pad` unused elements (pad = 0: packed tensors), and o starting `pad` elements in, so that
 // writes outside o's view land in poisoned memory.
 inline void layout_padded(TestProblem& p, int64_t pad) {
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.dim_v();
   int64_t end = padded_layout(p.q, 0, p.batch, p.seqlen_q, p.heads_q, d, pad);
   end = padded_layout(p.k, end, p.batch, p.seqlen_k, p.heads_kv, d, pad);
-  padded_layout(p.v, end, p.batch, p.seqlen_k, p.heads_kv, d, pad);
-  padded_layout(p.o, pad, p.batch, p.seqlen_q, p.heads_q, d, pad);
+  padded_layout(p.v, end, p.batch, p.seqlen_k, p.heads_kv, dv, pad);
+  padded_layout(p.o, pad, p.batch, p.seqlen_q, p.heads_q, dv, pad);
   update_extents(p);
 }
 
 inline void layout_packed(TestProblem& p) { layout_padded(p, 0); }
 
-// q, k, v as views into one packed QKV tensor [batch, seq, heads_q + 2 heads_kv, dim] (the
-// layout of a fused QKV projection); o packed. Needs seqlen_q == seqlen_k.
+// q, k, v as views into one packed QKV tensor [batch, seq, (heads_q + heads_kv) head_dim +
+// heads_kv head_dim_v] (the layout of a fused QKV projection); o packed. Needs seqlen_q ==
+// seqlen_k.
 inline void layout_qkv_packed(TestProblem& p) {
   if (p.seqlen_q != p.seqlen_k) {
     throw std::invalid_argument("layout_qkv_packed needs seqlen_q == seqlen_k");
   }
-  const int64_t d = p.head_dim;
-  const int64_t row = (p.heads_q + 2 * p.heads_kv) * d;
+  const int64_t d = p.head_dim, dv = p.dim_v();
+  const int64_t row = (p.heads_q + p.heads_kv) * d + p.heads_kv * dv;
   const TensorLayout base{0, p.seqlen_q * row, row, d};
   p.q = base;
   p.k = base;
   p.k.offset = p.heads_q * d;
   p.v = base;
   p.v.offset = (p.heads_q + p.heads_kv) * d;
-  padded_layout(p.o, 0, p.batch, p.seqlen_q, p.heads_q, d, 0);
+  p.v.head_stride = dv;
+  padded_layout(p.o, 0, p.batch, p.seqlen_q, p.heads_q, dv, 0);
   update_extents(p);
 }
 
 // Every tensor as [batch, heads, seq, dim] (head stride > seq stride), o too.
 inline void layout_heads_major(TestProblem& p) {
-  const int64_t d = p.head_dim;
-  auto place = [d](TensorLayout& t, int64_t offset, int64_t batch, int64_t seq, int64_t heads) {
+  auto place = [](TensorLayout& t, int64_t offset, int64_t batch, int64_t seq, int64_t heads,
+                  int64_t d) {
     t = TensorLayout{offset, heads * seq * d, d, seq * d};
     return offset + batch * heads * seq * d;
   };
-  int64_t end = place(p.q, 0, p.batch, p.seqlen_q, p.heads_q);
-  end = place(p.k, end, p.batch, p.seqlen_k, p.heads_kv);
-  place(p.v, end, p.batch, p.seqlen_k, p.heads_kv);
-  place(p.o, 0, p.batch, p.seqlen_q, p.heads_q);
+  const int64_t d = p.head_dim, dv = p.dim_v();
+  int64_t end = place(p.q, 0, p.batch, p.seqlen_q, p.heads_q, d);
+  end = place(p.k, end, p.batch, p.seqlen_k, p.heads_kv, d);
+  place(p.v, end, p.batch, p.seqlen_k, p.heads_kv, dv);
+  place(p.o, 0, p.batch, p.seqlen_q, p.heads_q, dv);
   update_extents(p);
 }
 
-// A problem with packed layout (layout_packed).
+// A problem with packed layout (layout_packed); head_dim_v 0 means head_dim.
 inline TestProblem make_problem(int dtype, int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
                                 int64_t heads_q, int64_t heads_kv, int64_t head_dim, bool causal,
-                                float scale = 0.0f) {
+                                float scale = 0.0f, int64_t head_dim_v = 0) {
   TestProblem p;
   p.dtype = dtype;
   p.batch = batch;
@@ -258,6 +264,7 @@ inline TestProblem make_problem(int dtype, int64_t batch, int64_t seqlen_q, int6
   p.heads_q = heads_q;
   p.heads_kv = heads_kv;
   p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
   p.causal = causal;
   p.scale = scale;
   layout_packed(p);
@@ -283,6 +290,7 @@ inline fa_config make_config(const TestProblem& p) {
   c.heads_q = p.heads_q;
   c.heads_kv = p.heads_kv;
   c.head_dim = p.head_dim;
+  c.head_dim_v = p.head_dim_v;
   c.softmax_scale = p.scale;
   c.q_batch_stride = p.q.batch_stride;
   c.q_seq_stride = p.q.seq_stride;
@@ -371,7 +379,7 @@ inline HostBuffers make_buffers(const TestProblem& p, uint64_t seed) {
 
 // ---- Naive references ---------------------------------------------------------------------------
 
-// o is packed [batch, seqlen_q, heads_q, head_dim], lse is [batch, heads_q, seqlen_q]; a row with
+// o is packed [batch, seqlen_q, heads_q, head_dim_v], lse is [batch, heads_q, seqlen_q]; a row with
 // no visible key has o = 0 and lse = -inf.
 struct Reference {
   std::vector<double> o;
@@ -379,7 +387,7 @@ struct Reference {
 };
 
 inline int64_t ref_o_index(const TestProblem& p, int64_t b, int64_t i, int64_t h, int64_t c) {
-  return ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim + c;
+  return ((b * p.seqlen_q + i) * p.heads_q + h) * p.dim_v() + c;
 }
 
 inline int64_t ref_lse_index(const TestProblem& p, int64_t b, int64_t h, int64_t i) {
@@ -409,10 +417,10 @@ inline std::vector<double> decode_inputs(const TestProblem& p, const void* in) {
 inline Reference reference_f64(const TestProblem& p, const void* in) {
   const std::vector<double> x = decode_inputs(p, in);
   auto at = [&x](int64_t index) { return x[static_cast<size_t>(index)]; };
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.dim_v();
   const double scale = effective_scale(p);
   Reference r;
-  r.o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * d), 0.0);
+  r.o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * dv), 0.0);
   r.lse.assign(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q), -kInf);
   std::vector<double> s(static_cast<size_t>(p.seqlen_k));
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -437,7 +445,7 @@ inline Reference reference_f64(const TestProblem& p, const void* in) {
           s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
           l += s[static_cast<size_t>(j)];
         }
-        for (int64_t c = 0; c < d; ++c) {
+        for (int64_t c = 0; c < dv; ++c) {
           double acc = 0.0;
           for (int64_t j = 0; j < n; ++j) {
             acc += s[static_cast<size_t>(j)] * at(elem_index(p.v, b, j, g, c));
@@ -457,10 +465,10 @@ inline Reference reference_f64(const TestProblem& p, const void* in) {
 inline Reference reference_same_precision(const TestProblem& p, const void* in) {
   const std::vector<double> x = decode_inputs(p, in);
   auto at = [&x](int64_t index) { return static_cast<float>(x[static_cast<size_t>(index)]); };
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.dim_v();
   const auto scale = static_cast<float>(effective_scale(p));
   Reference r;
-  r.o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * d), 0.0);
+  r.o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * dv), 0.0);
   r.lse.assign(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q), -kInf);
   std::vector<float> s(static_cast<size_t>(p.seqlen_k));
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -486,7 +494,7 @@ inline Reference reference_same_precision(const TestProblem& p, const void* in) 
           l += e;
           s[static_cast<size_t>(j)] = static_cast<float>(round_to_dtype(p.dtype, e));
         }
-        for (int64_t c = 0; c < d; ++c) {
+        for (int64_t c = 0; c < dv; ++c) {
           float acc = 0.0f;
           for (int64_t j = 0; j < n; ++j) {
             acc += s[static_cast<size_t>(j)] * at(elem_index(p.v, b, j, g, c));
@@ -556,7 +564,7 @@ inline ErrorStats compare_output(const TestProblem& p, const void* out,
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
       for (int64_t h = 0; h < p.heads_q; ++h) {
-        for (int64_t c = 0; c < p.head_dim; ++c) {
+        for (int64_t c = 0; c < p.dim_v(); ++c) {
           const int64_t r = ref_o_index(p, b, i, h, c);
           const double ref = ref_o[static_cast<size_t>(r)];
           const double got = load_elem(p.dtype, out, elem_index(p.o, b, i, h, c));
@@ -600,7 +608,7 @@ inline bool output_padding_intact(const TestProblem& p, const void* out) {
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
       for (int64_t h = 0; h < p.heads_q; ++h) {
         const int64_t first = elem_index(p.o, b, i, h, 0);
-        std::fill_n(in_view.begin() + first, p.head_dim, 1);
+        std::fill_n(in_view.begin() + first, p.dim_v(), 1);
       }
     }
   }

@@ -47,7 +47,7 @@ std::string describe(const TestProblem& p) {
   };
   s << "dtype " << p.dtype << " batch " << p.batch << " seqlen_q " << p.seqlen_q << " seqlen_k "
     << p.seqlen_k << " heads " << p.heads_q << '/' << p.heads_kv << " head_dim " << p.head_dim
-    << " causal " << p.causal << " scale " << p.scale;
+    << " head_dim_v " << p.dim_v() << " causal " << p.causal << " scale " << p.scale;
   strides("q", p.q);
   strides("k", p.k);
   strides("v", p.v);
@@ -134,6 +134,41 @@ TEST_CASE("cpu forward: head dims") {
       const bool causal = d % 3 != 0;
       check_forward(ctx, fa_test::make_problem(dtype, 1, 40, 70, 2, 1, d, causal), ++seed);
     }
+  }
+}
+
+TEST_CASE("cpu forward: a value head dim other than head_dim, in every layout") {
+  // V and O have head_dim_v columns; the scale stays 1/sqrt(head_dim). Padded layouts put
+  // poisoned elements right after each o row's head_dim_v columns: none may be written.
+  const CpuContext ctx;
+  uint64_t seed = 0x4800;
+  const int64_t dims[][2] = {{192, 128}, {64, 32}, {24, 40}, {128, 1}};
+  for (const int dtype : kDtypes) {
+    for (const auto& dim : dims) {
+      const TestProblem base = fa_test::make_problem(dtype, 2, 33, 65, 4, 2, dim[0], true, 0.0f,
+                                                     dim[1]);
+      check_forward(ctx, base, ++seed);
+      TestProblem padded = base;
+      fa_test::layout_padded(padded, 3);
+      check_forward(ctx, padded, ++seed);
+      TestProblem heads_major = base;
+      fa_test::layout_heads_major(heads_major);
+      check_forward(ctx, heads_major, ++seed);
+      TestProblem qkv = fa_test::make_problem(dtype, 1, 40, 40, 2, 1, dim[0], false, 0.0f,
+                                              dim[1]);
+      fa_test::layout_qkv_packed(qkv);
+      check_forward(ctx, qkv, ++seed);
+    }
+  }
+  // Random pairs, either larger.
+  std::mt19937_64 rng(0x4900);
+  for (int n = 0; n < 12; ++n) {
+    const int64_t d = 1 + static_cast<int64_t>(rng() % 200), dv = 1 + static_cast<int64_t>(rng() % 200);
+    TestProblem p = fa_test::make_problem(kDtypes[n % 3], 1, 1 + static_cast<int64_t>(rng() % 90),
+                                          1 + static_cast<int64_t>(rng() % 90), 2, 1, d, n % 2 == 0,
+                                          0.0f, dv);
+    fa_test::layout_padded(p, 1 + n % 4);
+    check_forward(ctx, p, rng());
   }
 }
 

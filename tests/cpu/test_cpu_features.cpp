@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,21 @@ void run_and_check(const Cpu& cpu, FeatureData& d) {
   REQUIRE(s == FA_STATUS_SUCCESS);
   const fa_test::FeatureErrors e =
       fa_test::compare_features(d, d.o.data(), d.lse.data(), fa_test::feature_reference(d));
-  INFO("o max err " << e.o_max << ", lse max err " << e.lse_max << ", bad " << e.bad);
+  INFO("o max err " << e.o_max << ", lse max err " << e.lse_max << ", bad " << e.bad
+                     << ", o columns written past head_dim_v " << e.written_past);
   CHECK(e.bad == 0);
+  CHECK(e.written_past == 0);
   CHECK(e.o_max <= o_bound(d.c.dtype));
   CHECK(e.lse_max <= kLseBound);
+}
+
+// Runs each case on data seeded seed + 1, seed + 2, ... and reports how many ran.
+void run_all(const Cpu& cpu, const std::vector<FeatureCase>& cases, uint64_t seed) {
+  for (const FeatureCase& c : cases) {
+    FeatureData d = fa_test::make_feature_data(c, ++seed);
+    run_and_check(cpu, d);
+  }
+  MESSAGE(cases.size() << " cases checked");
 }
 
 }  // namespace
@@ -54,16 +66,9 @@ TEST_SUITE("cpu") {
 
 TEST_CASE("every inference feature, alone and combined, matches the float64 reference") {
   Cpu cpu;
-  uint64_t seed = 1000;
-  int n = 0;
-  for (int dtype : {FA_DTYPE_BF16, FA_DTYPE_FP32}) {
-    for (const FeatureCase& c : fa_test::feature_cases(dtype, 64, 301)) {
-      FeatureData d = fa_test::make_feature_data(c, ++seed);
-      run_and_check(cpu, d);
-      ++n;
-    }
-  }
-  MESSAGE(n << " feature cases checked");
+  std::vector<FeatureCase> cases = fa_test::feature_cases(FA_DTYPE_BF16, 64, 301);
+  for (const FeatureCase& c : fa_test::feature_cases(FA_DTYPE_FP32, 64, 301)) cases.push_back(c);
+  run_all(cpu, cases, 1000);
 }
 
 TEST_CASE("fp16 and odd head dims take the features too") {
@@ -108,8 +113,79 @@ TEST_CASE("a row that sees no key gets O = 0 and LSE -inf, or the sink's logit")
       } else {
         CHECK(lse0 == -std::numeric_limits<float>::infinity());
       }
-      CHECK(fa_test::load_elem(c.dtype, d.o.data(), d.q_index(0, 0, h)) == 0.0);
+      CHECK(fa_test::load_elem(c.dtype, d.o.data(), d.o_index(0, 0, h)) == 0.0);
     }
+  }
+}
+
+TEST_CASE("a value head dim other than head_dim, with every layout and feature") {
+  // DeepSeek-V2/V3 prefill (192/128), halved (64/32), larger than head_dim (the CPU runs it),
+  // and dims off the 16-column padding of the backend (40/24, 17/3), crossed with the feature
+  // matrix's layouts: causal, GQA, varlen with an empty sequence, contiguous and paged caches.
+  Cpu cpu;
+  const int64_t dims[][2] = {{192, 128}, {64, 32}, {32, 96}, {40, 24}, {17, 3}};
+  std::vector<FeatureCase> cases;
+  for (const auto& dim : dims) {
+    for (int dtype : {FA_DTYPE_BF16, FA_DTYPE_FP32}) {
+      FeatureCase base;
+      base.dtype = dtype;
+      base.head_dim = dim[0];
+      base.head_dim_v = dim[1];
+      base.heads_q = 8;
+      base.heads_kv = 2;
+      FeatureCase dense = base;
+      dense.sq = {17, 17};
+      dense.sk = {77, 77};
+      dense.causal = true;
+      FeatureCase varlen = base;
+      varlen.layout = FA_LAYOUT_VARLEN;
+      varlen.sq = {17, 0, 65};
+      varlen.sk = {40, 3, 65};
+      varlen.causal = true;
+      FeatureCase cache = base;
+      cache.layout = FA_LAYOUT_KV_CACHE;
+      cache.sq = {5, 5};
+      cache.sk = {70, 9};
+      cache.alibi = FA_ALIBI_PER_HEAD;
+      cache.sinks = true;
+      FeatureCase paged = base;
+      paged.layout = FA_LAYOUT_PAGED_KV;
+      paged.sq = {3, 3};
+      paged.page_size = 16;
+      paged.softcap = 4.0f;
+      paged.sk = {50, 33};
+      paged.causal = true;
+      paged.window = true;
+      paged.left = 20;
+      paged.right = -1;
+      cases.insert(cases.end(), {dense, varlen, cache, paged});
+    }
+  }
+  run_all(cpu, cases, 1800);
+}
+
+TEST_CASE("random (head_dim, head_dim_v) pairs match the float64 reference") {
+  Cpu cpu;
+  std::mt19937_64 rng(0x18);
+  std::uniform_int_distribution<int64_t> dim(1, 160);
+  const int layouts[] = {FA_LAYOUT_DENSE, FA_LAYOUT_VARLEN, FA_LAYOUT_KV_CACHE, FA_LAYOUT_PAGED_KV};
+  for (int i = 0; i < 16; ++i) {
+    FeatureCase c;
+    c.head_dim = dim(rng);
+    do {
+      c.head_dim_v = dim(rng);
+    } while (c.head_dim_v == c.head_dim);
+    c.layout = layouts[i % 4];
+    c.causal = i % 3 != 0;
+    c.heads_q = i % 2 == 0 ? 4 : 6;
+    c.heads_kv = i % 2 == 0 ? 4 : 2;
+    // Dense: one length per tensor; caches: one query length.
+    const bool varlen = c.layout == FA_LAYOUT_VARLEN, dense = c.layout == FA_LAYOUT_DENSE;
+    c.sq = varlen ? std::vector<int64_t>{7, 30} : std::vector<int64_t>{7, 7};
+    c.sk = dense ? std::vector<int64_t>{30, 30} : std::vector<int64_t>{30, 45};
+    c.page_size = 5;
+    FeatureData d = fa_test::make_feature_data(c, 1900 + static_cast<uint64_t>(i));
+    run_and_check(cpu, d);
   }
 }
 
@@ -238,6 +314,40 @@ TEST_CASE("a caller built against 0.2 (the shorter fa_config) keeps 0.2's behavi
   CHECK(e.o_max <= o_bound(c.dtype));
   d.config.struct_size = old_size - 8;  // shorter than any published version
   CHECK(fa_config_validate(&d.config) == FA_STATUS_BAD_STRUCT_SIZE);
+}
+
+TEST_CASE("a caller whose fa_config ends before head_dim_v runs with head_dim_v = head_dim") {
+  Cpu cpu;
+  FeatureCase c;
+  c.layout = FA_LAYOUT_PAGED_KV;  // a 0.3 field in use, so the tail cut is what is tested
+  c.page_size = 4;
+  c.sq = {9, 9};
+  c.sk = {30, 12};
+  c.causal = true;
+  FeatureData d = fa_test::make_feature_data(c, 19);
+  const size_t old_size = offsetof(fa_config, head_dim_v);
+  // The bytes past the caller's struct hold what a caller's stack would: here a head_dim_v of
+  // 32, which must not be read (it would make v and o 32 columns wide).
+  fa_config padded = d.config;
+  padded.head_dim_v = 32;
+  padded.struct_size = old_size;
+  const fa_run_args args = d.host_args();
+  REQUIRE(fa_forward_ex(cpu.ctx, &padded, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                        d.lse.data(), &args, nullptr) == FA_STATUS_SUCCESS);
+  const fa_test::FeatureErrors e =
+      fa_test::compare_features(d, d.o.data(), d.lse.data(), fa_test::feature_reference(d));
+  CHECK(e.bad == 0);
+  CHECK(e.o_max <= o_bound(c.dtype));
+  int64_t v_extent = 0;
+  REQUIRE(fa_config_extents(&padded, nullptr, nullptr, &v_extent, nullptr, nullptr) ==
+          FA_STATUS_SUCCESS);
+  CHECK(v_extent == d.config.num_pages * c.page_size * c.heads_kv * c.head_dim);
+  // The full struct reads it: v's rows keep their 64-element stride, of which the last one
+  // spans 32 columns.
+  padded.struct_size = sizeof padded;
+  REQUIRE(fa_config_extents(&padded, nullptr, nullptr, &v_extent, nullptr, nullptr) ==
+          FA_STATUS_SUCCESS);
+  CHECK(v_extent == d.config.num_pages * c.page_size * c.heads_kv * c.head_dim - (c.head_dim - 32));
 }
 
 TEST_CASE("outputs overlapping inputs or each other are refused") {

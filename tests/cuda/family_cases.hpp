@@ -21,6 +21,7 @@ inline Problem dense_problem(int64_t batch, int64_t sq, int64_t sk, int64_t hq, 
   p.heads_q = hq;
   p.heads_kv = hkv;
   p.head_dim = d;
+  p.head_dim_v = d;
   p.softmax_scale = 0.125f;
   p.q = {sq * hq * d, hq * d, d};
   p.o = p.q;

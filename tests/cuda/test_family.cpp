@@ -83,6 +83,15 @@ TEST_SUITE("family") {
     CHECK(bytes >= floats * 4);
     CHECK(bytes < floats * 4 + 256);
   }
+
+  TEST_CASE("split workspace: the partial outputs have O's head_dim_v columns") {
+    Problem p = test::dense_problem(3, 7, 1000, 5, 5, 192);
+    p.head_dim_v = 128;
+    size_t const floats = size_t(4) * 21 * 5 * 129;
+    size_t const bytes = split_workspace_bytes(p, 4);
+    CHECK(bytes >= floats * 4);
+    CHECK(bytes < floats * 4 + 256);
+  }
 }
 
 }  // namespace fa::cuda

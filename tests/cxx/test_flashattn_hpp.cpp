@@ -26,9 +26,11 @@ static_assert(sizeof(fa::fp16) == 2 && sizeof(fa::bf16) == 2);
 
 namespace {
 
-// Naive attention in double over packed [1, sq, h, d] float tensors (one K/V head per query head).
+// Naive attention in double over packed [1, sq, h, d] float tensors (one K/V head per query head;
+// v and o [1, s, h, dv], dv 0 meaning d).
 double max_error(std::vector<float> const& q, std::vector<float> const& k, std::vector<float> const& v,
-                 std::vector<float> const& o, int sq, int sk, int h, int d, bool causal) {
+                 std::vector<float> const& o, int sq, int sk, int h, int d, bool causal, int dv = 0) {
+  if (dv == 0) dv = d;
   double worst = 0;
   for (int head = 0; head < h; ++head) {
     for (int i = 0; i < sq; ++i) {
@@ -41,10 +43,10 @@ double max_error(std::vector<float> const& q, std::vector<float> const& k, std::
       double m = -INFINITY, l = 0;
       for (double x : s) m = std::max(m, x);
       for (double x : s) l += std::exp(x - m);
-      for (int c = 0; c < d; ++c) {
+      for (int c = 0; c < dv; ++c) {
         double want = 0;
-        for (size_t j = 0; j < s.size(); ++j) want += std::exp(s[j] - m) / l * v[(j * h + head) * d + c];
-        worst = std::max(worst, std::abs(want - o[(i * h + head) * d + c]));
+        for (size_t j = 0; j < s.size(); ++j) want += std::exp(s[j] - m) / l * v[(j * h + head) * dv + c];
+        worst = std::max(worst, std::abs(want - o[(i * h + head) * dv + c]));
       }
     }
   }
@@ -136,6 +138,23 @@ TEST_CASE("errors carry the status and the library's detail") {
     CHECK(e.status() == FA_STATUS_INVALID_ARGUMENT);
     CHECK(e.detail().find("heads") != std::string::npos);
   }
+}
+
+TEST_CASE("v's head_dim is the value head dim") {
+  int const sq = 4, sk = 7, h = 2, d = 12, dv = 5;
+  auto q = filled(size_t(sq) * h * d, 4), k = filled(size_t(sk) * h * d, 5), v = filled(size_t(sk) * h * dv, 6);
+  std::vector<float> o(size_t(sq) * h * dv, NAN);
+  fa::Context ctx = fa::Context::cpu();
+  auto const O = fa::Tensor<float>::packed(o.data(), 1, sq, h, dv);
+  auto const V = fa::Tensor<float>::packed(v.data(), 1, sk, h, dv);
+  ctx.forward(fa::Tensor<float>::packed(q.data(), 1, sq, h, d),
+              fa::Tensor<float>::packed(k.data(), 1, sk, h, d), V, O, nullptr, [](fa::Config&) {});
+  CHECK(max_error(q, k, v, o, sq, sk, h, d, false, dv) < 1e-6);
+  auto const o_wide = fa::Tensor<float>::packed(o.data(), 1, sq, h, d);
+  CHECK_THROWS_AS(fa::Config::attention<float>(fa::Tensor<float>::packed(q.data(), 1, sq, h, d),
+                                               fa::Tensor<float>::packed(k.data(), 1, sk, h, d), V,
+                                               o_wide),
+                  fa::Error);
 }
 
 TEST_CASE("tensor shapes that disagree are refused before the library is called") {

@@ -13,9 +13,13 @@ imported by this package.
 Shapes, in the default ``layout="bshd"``::
 
     q    (batch, seqlen_q, heads_q, head_dim)
-    k, v (batch, seqlen_k, heads_kv, head_dim), heads_q a multiple of heads_kv (GQA/MQA)
-    out  (batch, seqlen_q, heads_q, head_dim), the dtype of q
+    k    (batch, seqlen_k, heads_kv, head_dim), heads_q a multiple of heads_kv (GQA/MQA)
+    v    (batch, seqlen_k, heads_kv, head_dim_v), head_dim_v v's own (DeepSeek's 192/128)
+    out  (batch, seqlen_q, heads_q, head_dim_v), the dtype of q
     lse  (batch, heads_q, seqlen_q), float32, natural log
+
+The value head dim head_dim_v comes from v's last dimension: the CPU backend runs any,
+the GPU kernels head_dim_v = head_dim only (UnsupportedError otherwise).
 
 ``layout="bhsd"`` swaps the seq and heads dimensions of q, k, v and out (PyTorch's
 ``scaled_dot_product_attention`` order); lse keeps its shape. The last dimension of every array
@@ -337,10 +341,7 @@ def _cache_or_varlen_config(key):
         if len(shape) != rank:
             raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(shape)}")
     qs, ks, vs, os_ = (tuple(sig[0]) for _, sig in named)
-    if ks != vs:
-        raise ValueError(f"k and v shapes differ: {ks} vs {vs}")
-    if os_ != qs:
-        raise ValueError(f"out has shape {os_}, expected q's {qs}")
+    _check_value_shapes(qs, ks, vs, os_)
     for name, (_, _, dtype, device) in named[1:]:
         if dtype != key.q[2]:
             raise TypeError(f"{name} has another dtype than q")
@@ -360,6 +361,7 @@ def _cache_or_varlen_config(key):
     cfg.causal = 1 if key.causal else 0
     cfg.softmax_scale = key.softmax_scale
     cfg.head_dim = qs[-1]
+    cfg.head_dim_v = _head_dim_v(qs, vs)
     if f.mode == "varlen":
         batch, max_q, max_k = f.extra
         if qs[0] == 0:
@@ -392,6 +394,24 @@ def _cache_or_varlen_config(key):
     return cfg
 
 
+def _check_value_shapes(qs, ks, vs, os_):
+    """k and v alike but for the last dimension (head_dim, head_dim_v); out like q but for
+    the last dimension, which is v's."""
+    if ks[:-1] != vs[:-1]:
+        raise ValueError(f"k and v shapes differ before the last dimension: {ks} vs {vs}")
+    if os_ != qs[:-1] + vs[-1:]:
+        raise ValueError(f"out has shape {os_}, expected q's {qs} with v's last dimension "
+                         f"{vs[-1:]}")
+    if vs[-1] == 0 and qs[-1] != 0:
+        raise ValueError(f"v has head_dim_v = 0 (shape {vs})")
+
+
+def _head_dim_v(qs, vs):
+    """fa_config.head_dim_v: v's last dimension where it differs from q's, else 0 (which
+    libraries older than the field also read)."""
+    return vs[-1] if vs[-1] != qs[-1] else 0
+
+
 def _dense_config(key):
     """The fa_config of forward()'s dense problem.
 
@@ -404,10 +424,7 @@ def _dense_config(key):
         if len(shape) != 4:
             raise ValueError(f"{name} must have 4 dimensions {dims}, got shape {tuple(shape)}")
     qs, ks, vs, os_ = (tuple(sig[0]) for _, sig in named)
-    if ks != vs:
-        raise ValueError(f"k and v shapes differ: {ks} vs {vs}")
-    if os_ != qs:
-        raise ValueError(f"out has shape {os_}, expected q's {qs}")
+    _check_value_shapes(qs, ks, vs, os_)
     if ks[0] != qs[0] or ks[3] != qs[3]:
         raise ValueError(f"k/v shape {ks} does not match q's batch and head_dim {qs}")
     for name, (_, _, dtype, device) in named[1:]:
@@ -433,6 +450,7 @@ def _dense_config(key):
     cfg.causal = 1 if key.causal else 0
     cfg.batch, cfg.seqlen_q, cfg.seqlen_k = batch, seqlen_q, seqlen_k
     cfg.heads_q, cfg.heads_kv, cfg.head_dim = heads_q, heads_kv, head_dim
+    cfg.head_dim_v = _head_dim_v(qs, vs)
     cfg.softmax_scale = key.softmax_scale
     for prefix, (_, strides, _, _) in zip("qkvo", (key.q, key.k, key.v, key.o)):
         setattr(cfg, f"{prefix}_batch_stride", strides[0])
@@ -513,7 +531,8 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
             raise ValueError(f"softmax_scale = {softmax_scale} is 0 in float32; pass None for "
                              "1/sqrt(head_dim)")
     if o is None:
-        o = _tensors.empty_like(tq, tq.shape)
+        # out is q's shape with v's last dimension (head_dim_v).
+        o = _tensors.empty_like(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]))
         to = _tensors.describe_new(o, tq, "out", handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
@@ -695,6 +714,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     k, v : array
         ``(batch, seqlen_k, heads_kv, head_dim)`` in q's layout, q's dtype and device;
         ``heads_q`` must be a multiple of ``heads_kv`` (GQA/MQA; K/V heads are not copied).
+        v's last dimension may differ from head_dim: it is the value head dim head_dim_v of
+        v and out (the CPU backend runs any; GPU kernels only head_dim_v = head_dim for now,
+        UnsupportedError otherwise).
     causal : bool
         Bottom-right aligned mask: key ``j`` is visible to query ``i`` iff
         ``j <= i + seqlen_k - seqlen_q``. A query row with no visible key gets ``out = 0`` and
@@ -717,7 +739,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         float32 ``(heads_q,)`` attention-sink logits on q's device: each joins its head's softmax
         denominator with no value row (the row's weights sum to less than 1).
     out : array or (array, array), optional
-        An output of q's shape, layout and dtype, written in place; or ``(out, lse)`` with lse a
+        An output of q's shape with v's last dimension, q's layout and dtype, written in
+        place; or ``(out, lse)`` with lse a
         contiguous float32 ``(batch, heads_q, seqlen_q)`` array (with ``return_lse=True`` only).
         None allocates with q's library (numpy, PyTorch, CuPy; other producers must pass out).
     return_lse : bool
@@ -737,7 +760,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         plan that splits the keys (the library splits decode-like problems by itself; see
         forward_kvcache's ``num_splits``): the call then allocates nothing but its outputs, and
         a CUDA graph that captured it keeps using this array, which the caller keeps alive.
-        ``num_splits * rows * heads_q * (head_dim + 1)`` floats suffice (rows = batch *
+        ``num_splits * rows * heads_q * (head_dim_v + 1)`` floats suffice (rows = batch *
         seqlen_q, or total_q; at most 256 splits). A smaller one makes an automatic split run
         unsplit, and a forced one raise WorkspaceTooSmallError. None allocates the scratch with
         q's library per call (PyTorch: from its caching allocator, and inside a graph capture
@@ -746,7 +769,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     Returns
     -------
     out : array
-        ``(batch, seqlen_q, heads_q, head_dim)`` in q's layout (the array passed as out, if any).
+        ``(batch, seqlen_q, heads_q, head_dim_v)`` in q's layout (the array passed as out, if
+        any).
     lse : array
         Only with ``return_lse``: float32 ``(batch, heads_q, seqlen_q)`` in either layout.
 
@@ -798,7 +822,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     q : array
         ``(total_q, heads_q, head_dim)``: every sequence's query rows, one after another.
     k, v : array
-        ``(total_k, heads_kv, head_dim)``.
+        ``(total_k, heads_kv, head_dim)`` and ``(total_k, heads_kv, head_dim_v)``.
     cu_seqlens_q, cu_seqlens_k : array
         int32 ``(batch + 1,)`` on q's device: sequence ``b`` owns query rows
         ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and key rows likewise. Zero-length sequences
@@ -816,7 +840,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     Returns
     -------
     out : array
-        ``(total_q, heads_q, head_dim)``.
+        ``(total_q, heads_q, head_dim_v)``.
     lse : array
         Only with ``return_lse``.
     """
@@ -855,7 +879,8 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         speculative decoding, more for chunked prefill.
     k_cache, v_cache : array
         Contiguous: ``(batch, capacity, heads_kv, head_dim)``. Paged (with ``block_table``):
-        ``(num_pages, page_size, heads_kv, head_dim)``, any page size.
+        ``(num_pages, page_size, heads_kv, head_dim)``, any page size. v_cache's last
+        dimension is head_dim_v (as forward()).
     cache_seqlens : array
         int32 ``(batch,)`` on q's device: how many cache rows sequence ``b`` sees. Masks align to
         it (the last query row sits at key position ``cache_seqlens[b] - 1``).
@@ -875,7 +900,7 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     Returns
     -------
     out : array
-        ``(batch, seqlen_q, heads_q, head_dim)``; with ``return_lse`` also the float32
+        ``(batch, seqlen_q, heads_q, head_dim_v)``; with ``return_lse`` also the float32
         ``(batch, heads_q, seqlen_q)`` LSE.
     """
     shape = getattr(q, "shape", ())

@@ -89,6 +89,8 @@ class fa_config(CheckedStructure):
         ("num_pages", c_int64),
         ("page_size", c_int64),
         ("max_pages_per_seq", c_int64),
+        # Since 0.3.0, after max_pages_per_seq.
+        ("head_dim_v", c_int64),
     ]
 
 

@@ -10,12 +10,13 @@ import flashattn
 
 def reference(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, slopes=None,
               sinks=None):
-    """float64 attention of one sequence: q (sq, hq, d), k/v (sk, hkv, d); returns o, lse."""
+    """float64 attention of one sequence: q (sq, hq, d), k (sk, hkv, d), v (sk, hkv, dv);
+    returns o (sq, hq, dv), lse."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     sq, hq, d = q.shape
     sk, hkv, _ = k.shape
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    o = np.zeros((sq, hq, d))
+    o = np.zeros((sq, hq, v.shape[-1]))
     lse = np.full((hq, sq), -np.inf)
     for h in range(hq):
         g = h // (hq // hkv)
@@ -112,12 +113,13 @@ def test_forward_varlen_malformed_offsets_raise():
 
 @pytest.mark.parametrize("page_size", [None, 1, 3, 16])
 @pytest.mark.parametrize("sq", [1, 4])
-def test_forward_kvcache(page_size, sq):
+@pytest.mark.parametrize("dv", [64, 24])
+def test_forward_kvcache(page_size, sq, dv):
     rng = np.random.default_rng(6)
     batch, hq, hkv, d, capacity = 3, 8, 2, 64, 50
     lens = np.array([50, 7, sq], np.int32)
     q = rand(rng, batch, sq, hq, d)
-    k_dense, v_dense = rand(rng, batch, capacity, hkv, d), rand(rng, batch, capacity, hkv, d)
+    k_dense, v_dense = rand(rng, batch, capacity, hkv, d), rand(rng, batch, capacity, hkv, dv)
     table = None
     if page_size is None:
         k_cache, v_cache = k_dense, v_dense
@@ -126,7 +128,7 @@ def test_forward_kvcache(page_size, sq):
         order = rng.permutation(batch * per_seq).astype(np.int32)
         table = order.reshape(batch, per_seq)
         k_cache = np.zeros((batch * per_seq, page_size, hkv, d), np.float32)
-        v_cache = np.zeros_like(k_cache)
+        v_cache = np.zeros((batch * per_seq, page_size, hkv, dv), np.float32)
         for b in range(batch):
             for j in range(capacity):
                 page, row = table[b, j // page_size], j % page_size
@@ -135,6 +137,7 @@ def test_forward_kvcache(page_size, sq):
     o, lse = flashattn.forward_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=table,
                                        causal=sq > 1, alibi_slopes=slopes, num_splits=3,
                                        return_lse=True)
+    assert o.shape == (batch, sq, hq, dv)
     for b in range(batch):
         n = lens[b]
         ro, rl = reference(q[b], k_dense[b, :n], v_dense[b, :n], causal=sq > 1, slopes=slopes)
@@ -303,7 +306,7 @@ def test_kvcache_varlen_merge_on_torch_cuda(page_size):
         per_seq = -(-capacity // page_size)
         table = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
         k_cache = np.zeros((batch * per_seq, page_size, hkv, d), np.float32)
-        v_cache = np.zeros_like(k_cache)
+        v_cache = np.zeros((batch * per_seq, page_size, hkv, dv), np.float32)
         for b in range(batch):
             pages = table[b]
             k_cache[pages] = k_dense[b].reshape(per_seq, page_size, hkv, d)
@@ -334,3 +337,50 @@ def test_a_caller_workspace_is_checked_and_used():
         flashattn.forward_kvcache(q, k, v, cache_seqlens=lens, workspace=np.zeros(8, np.int32))
     with pytest.raises(ValueError, match="workspace must be contiguous"):
         flashattn.forward(q, k, k, workspace=np.zeros(8, np.float32)[::2])
+
+
+@pytest.mark.parametrize("d,dv", [(192, 128), (64, 32), (16, 40)])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_value_head_dim_comes_from_v(d, dv, layout):
+    """v's last dimension is head_dim_v: out is allocated with it, the scale stays
+    1/sqrt(head_dim), and an out= of q's last dimension is refused."""
+    rng = np.random.default_rng(18)
+    q, k, v = rand(rng, 2, 17, 4, d), rand(rng, 2, 40, 2, d), rand(rng, 2, 40, 2, dv)
+    swap = (lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))) if layout == "bhsd" else (
+        lambda x: x)
+    o, lse = flashattn.forward(swap(q), swap(k), swap(v), causal=True, layout=layout,
+                               return_lse=True)
+    o = swap(o)
+    assert o.shape == (2, 17, 4, dv)
+    for b in range(2):
+        ro, rl = reference(q[b], k[b], v[b], causal=True)
+        np.testing.assert_allclose(o[b], ro, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(lse[b], rl, atol=2e-4)
+    out = np.full((2, 17, 4, dv), np.nan, np.float32)
+    assert flashattn.forward(q, k, v, out=out) is out
+    np.testing.assert_allclose(out, flashattn.forward(q, k, v), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="out has shape"):
+        flashattn.forward(q, k, v, out=np.zeros((2, 17, 4, d), np.float32))
+    with pytest.raises(ValueError, match="k and v shapes differ"):
+        flashattn.forward(q, k, rand(rng, 2, 39, 2, dv))
+
+
+def test_value_head_dim_in_varlen():
+    rng = np.random.default_rng(19)
+    lens_q, lens_k = [5, 0, 30], [9, 4, 30]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q, k, v = rand(rng, cu_q[-1], 6, 48), rand(rng, cu_k[-1], 3, 48), rand(rng, cu_k[-1], 3, 8)
+    o = flashattn.forward_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=30, max_seqlen_k=30,
+                                 causal=True)
+    assert o.shape == (cu_q[-1], 6, 8)
+    for b in range(3):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        np.testing.assert_allclose(o[qs], reference(q[qs], k[ks], v[ks], causal=True)[0],
+                                   atol=2e-5, rtol=1e-4)
+
+
+def test_value_head_dim_zero_is_refused():
+    q = np.ones((1, 2, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="head_dim_v = 0"):
+        flashattn.forward(q, q, np.ones((1, 2, 1, 0), np.float32))

@@ -1,5 +1,5 @@
 // The mma.sync family's rules (sm_80 and newer): GQA packing for decode, the decode kernel, and
-// split-KV. Its kernels run every feature of the library.
+// split-KV. Its kernels run every feature of the library but a head_dim_v other than head_dim.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -19,7 +19,9 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
   return p.heads_q > p.heads_kv && p.seqlen_q < k.B_r;
 }
 
-std::string cannot_run(KernelConfig const&, Problem const&) { return {}; }
+std::string cannot_run(KernelConfig const&, Problem const& p) {
+  return value_dim_differs(p, "mma.sync");
+}
 
 // Decode-like problems (a few query rows per K/V head against many keys) are bound by reading K
 // and V, not by MMAs: they run on the smallest query tile, B_r = 64 with 4 warps

@@ -15,6 +15,7 @@ namespace {
 // It reads every tensor through TMA maps (tensor_map.hpp), a paged cache's in boxes of
 // gcd(B_c, page_size) rows, and keeps raw scores with the scale folded into exp2 (softmax.cuh).
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
+  if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
   if (p.layout == Layout::kPagedKv) {
     // A box must start on a 1024-byte boundary of the swizzled stage (8 rows of 128 bytes) and
     // lie within one page; at most one box per lane of the loading warp (B_c / 8 <= 32).

@@ -1,6 +1,8 @@
 // The mma.sync family's rules (src/cuda/sm80/family.cpp): GQA packing, decode kernels, splits.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "cuda/family_cases.hpp"
 #include "cuda/sm80/family.hpp"
 
@@ -62,6 +64,20 @@ TEST_SUITE("family") {
     ForwardParams const params = f.params(entry.config, prefill, big);
     CHECK(params.n_q_blocks == 64);
     CHECK(params.head_units == 32);
+  }
+
+  TEST_CASE("mma.sync: a value head dim other than head_dim is refused, naming both") {
+    KernelFamily const& f = sm80::kFamily;
+    KernelConfig const k = test::mma_sync_kernel(64, 128, 4);
+    Problem p = test::dense_problem(1, 100, 100, 8, 8);
+    p.head_dim_v = 96;
+    std::string const why = f.cannot_run(k, p);
+    CHECK(why.find("head_dim_v = 96 differs from head_dim = 128") != std::string::npos);
+    CHECK(why.find("mma.sync") != std::string::npos);
+    p.head_dim_v = 160;  // larger is refused too
+    CHECK(f.cannot_run(k, p).find("head_dim_v = 160") != std::string::npos);
+    p.head_dim_v = 128;
+    CHECK(f.cannot_run(k, p).empty());
   }
 }
 

@@ -78,6 +78,20 @@ TEST_SUITE("family") {
     CHECK(params.n_q_blocks == 16);
     CHECK(params.pack_gqa == 0);
   }
+
+  TEST_CASE("sm90: a value head dim other than head_dim is refused before any other rule") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig const k = test::sm90_kernel(128, true);
+    Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
+    p.head_dim_v = 96;
+    p.num_splits = 4;  // also refused, but the value dim is named first
+    std::string const why = f.cannot_run(k, p);
+    CHECK(why.find("head_dim_v = 96 differs from head_dim = 128") != std::string::npos);
+    CHECK(why.find("sm90") != std::string::npos);
+    p.num_splits = 0;
+    p.head_dim_v = 128;
+    CHECK(f.cannot_run(k, p).empty());
+  }
 }
 
 }  // namespace fa::cuda

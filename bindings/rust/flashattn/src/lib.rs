@@ -542,7 +542,8 @@ impl MergeConfig {
 
 impl Config {
     /// Starts a config with packed strides, non-causal, scale 1/sqrt(head_dim).
-    /// q is `[batch, seqlen_q, heads_q, head_dim]`, k and v `[batch, seqlen_k, heads_kv, head_dim]`.
+    /// q is `[batch, seqlen_q, heads_q, head_dim]`, k and v `[batch, seqlen_k, heads_kv, head_dim]`
+    /// and o like q, until [`ConfigBuilder::head_dim_v`] gives v and o another last dimension.
     pub fn builder(
         dtype: DType,
         batch: i64,
@@ -601,14 +602,23 @@ impl ConfigBuilder {
         self.raw.softmax_scale = scale;
         self
     }
+    /// The value head dim (`fa_config.head_dim_v`): v becomes `[.., heads_kv, head_dim_v]` and o
+    /// `[.., heads_q, head_dim_v]`, while q and k keep head_dim and the default scale stays
+    /// 1/sqrt(head_dim); 0 (the default) means head_dim. The CPU backend runs any value >= 1,
+    /// GPU kernels only head_dim itself for now ([`Status::Unsupported`] otherwise). Set it
+    /// before [`ConfigBuilder::layout`], whose strides use it.
+    pub fn head_dim_v(mut self, head_dim_v: i64) -> Self {
+        self.raw.head_dim_v = head_dim_v;
+        self
+    }
     /// Sets the strides of all four tensors to those of packed tensors in `layout`; a later
     /// `*_strides` call overrides one tensor's. [`Layout::Bshd`] is the default.
     pub fn layout(self, layout: Layout) -> Self {
         let r = self.raw;
-        let d = r.head_dim;
-        // (batch, seq, head) strides of packed [batch, heads, seq, head_dim]; None when they
-        // overflow i64 (the sizes are the caller's, unchecked until build()).
-        let bhsd = |heads: i64, seq: i64| {
+        let dv = if r.head_dim_v != 0 { r.head_dim_v } else { r.head_dim };
+        // (batch, seq, head) strides of packed [batch, heads, seq, d]; None when they overflow
+        // i64 (the sizes are the caller's, unchecked until build()).
+        let bhsd = |heads: i64, seq: i64, d: i64| {
             let head = seq.checked_mul(d)?;
             Some((heads.checked_mul(head)?, d, head))
         };
@@ -616,9 +626,14 @@ impl ConfigBuilder {
         match layout {
             // All-zero strides are the library's packed [batch, seq, heads, head_dim].
             Layout::Bshd => this.q_strides(0, 0, 0).k_strides(0, 0, 0).v_strides(0, 0, 0).o_strides(0, 0, 0),
-            Layout::Bhsd => match (bhsd(r.heads_q, r.seqlen_q), bhsd(r.heads_kv, r.seqlen_k)) {
-                (Some((qb, qs, qh)), Some((kb, ks, kh))) => {
-                    this.q_strides(qb, qs, qh).k_strides(kb, ks, kh).v_strides(kb, ks, kh).o_strides(qb, qs, qh)
+            Layout::Bhsd => match (
+                bhsd(r.heads_q, r.seqlen_q, r.head_dim),
+                bhsd(r.heads_kv, r.seqlen_k, r.head_dim),
+                bhsd(r.heads_kv, r.seqlen_k, dv),
+                bhsd(r.heads_q, r.seqlen_q, dv),
+            ) {
+                (Some((qb, qs, qh)), Some((kb, ks, kh)), Some((vb, vs, vh)), Some((ob, os, oh))) => {
+                    this.q_strides(qb, qs, qh).k_strides(kb, ks, kh).v_strides(vb, vs, vh).o_strides(ob, os, oh)
                 }
                 _ => ConfigBuilder { bhsd_overflow: true, ..this },
             },
@@ -709,8 +724,9 @@ impl ConfigBuilder {
                 Status::InvalidArgument,
                 format!(
                     "Layout::Bhsd: the packed strides heads x seqlen x head_dim overflow i64 \
-                     (heads_q = {}, seqlen_q = {}, heads_kv = {}, seqlen_k = {}, head_dim = {})",
-                    r.heads_q, r.seqlen_q, r.heads_kv, r.seqlen_k, r.head_dim
+                     (heads_q = {}, seqlen_q = {}, heads_kv = {}, seqlen_k = {}, head_dim = {}, \
+                     head_dim_v = {})",
+                    r.heads_q, r.seqlen_q, r.heads_kv, r.seqlen_k, r.head_dim, r.head_dim_v
                 ),
             ));
         }

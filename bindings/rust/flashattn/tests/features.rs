@@ -1,7 +1,7 @@
 //! The inference features through the safe crate on the CPU backend, against a float64
 //! reference written here: masks and biases, varlen batches, contiguous and paged KV caches,
 //! merging partial results, and the checks on run arguments.
-use flashattn::{Alibi, Config, Context, DType, Device, MergeConfig, RunArgs, Status};
+use flashattn::{Alibi, Config, Context, DType, Device, Layout, MergeConfig, RunArgs, Status};
 
 /// Uniform in +-[1/64, 1] from a fixed LCG, rounded to f32 (what the library reads).
 fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -23,9 +23,11 @@ struct Masks<'a> {
     softcap: f64,
     slopes: Option<&'a [f32]>, // heads_q slopes of this sequence
     sinks: Option<&'a [f32]>,
+    dv: usize, // v's and o's head dim; 0: d
 }
 
-/// One packed sequence: q [sq, hq, d], k and v [sk, hkv, d]; returns o [sq, hq, d] and lse [hq, sq].
+/// One packed sequence: q [sq, hq, d], k [sk, hkv, d], v [sk, hkv, dv]; returns o [sq, hq, dv] and
+/// lse [hq, sq] (dv from `m`, d when 0).
 fn reference(
     q: &[f32],
     k: &[f32],
@@ -34,7 +36,8 @@ fn reference(
     m: Masks<'_>,
 ) -> (Vec<f64>, Vec<f64>) {
     let scale = 1.0 / (d as f64).sqrt();
-    let mut o = vec![0.0; sq * hq * d];
+    let dv = if m.dv == 0 { d } else { m.dv };
+    let mut o = vec![0.0; sq * hq * dv];
     let mut lse = vec![f64::NEG_INFINITY; hq * sq];
     for h in 0..hq {
         let g = h / (hq / hkv);
@@ -74,9 +77,9 @@ fn reference(
             }
             let l: f64 = s.iter().map(|x| (x - mx).exp()).sum::<f64>() + (sink - mx).exp();
             lse[h * sq + i] = mx + l.ln();
-            for c in 0..d {
-                o[(i * hq + h) * d + c] =
-                    (0..sk).map(|j| (s[j] - mx).exp() / l * v[(j * hkv + g) * d + c] as f64).sum();
+            for c in 0..dv {
+                o[(i * hq + h) * dv + c] =
+                    (0..sk).map(|j| (s[j] - mx).exp() / l * v[(j * hkv + g) * dv + c] as f64).sum();
             }
         }
     }
@@ -92,6 +95,60 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
 }
 
 const TOL: f64 = 2e-5;
+
+#[test]
+fn value_head_dim_sizes_v_and_o() {
+    // DeepSeek-style 192/128 (kept small: 24/8), GQA, causal, in both layouts; the scale stays
+    // 1/sqrt(head_dim).
+    let ctx = Context::new(Device::Cpu).unwrap();
+    let (b, sq, sk, hq, hkv, d, dv) = (2usize, 5usize, 9usize, 4usize, 2usize, 24usize, 8usize);
+    let q = data(b * sq * hq * d, 31);
+    let k = data(b * sk * hkv * d, 32);
+    let v = data(b * sk * hkv * dv, 33);
+    let builder = Config::builder(DType::F32, b as i64, sq as i64, sk as i64, hq as i64, hkv as i64, d as i64)
+        .head_dim_v(dv as i64)
+        .causal(true);
+    let config = builder.build().unwrap();
+    let e = config.extents().unwrap();
+    assert_eq!((e.q, e.k, e.v, e.o), (q.len(), k.len(), v.len(), b * sq * hq * dv));
+    let mut o = vec![f32::NAN; e.o];
+    let mut lse = vec![f32::NAN; b * hq * sq];
+    ctx.forward(&config, &q, &k, &v, &mut o, Some(&mut lse)).unwrap();
+    let masks = Masks { causal: true, dv, ..Masks::default() };
+    for bi in 0..b {
+        let (ro, rl) = reference(
+            &q[bi * sq * hq * d..(bi + 1) * sq * hq * d],
+            &k[bi * sk * hkv * d..(bi + 1) * sk * hkv * d],
+            &v[bi * sk * hkv * dv..(bi + 1) * sk * hkv * dv],
+            (sq, sk, hq, hkv, d),
+            masks,
+        );
+        assert_close("o", &o[bi * sq * hq * dv..(bi + 1) * sq * hq * dv], &ro, TOL);
+        assert_close("lse", &lse[bi * hq * sq..(bi + 1) * hq * sq], &rl, TOL);
+    }
+    // An o sized for head_dim is not what the config says.
+    let mut o_wide = vec![0.0f32; e.o - 1];
+    let err = ctx.forward(&config, &q, &k, &v, &mut o_wide, None).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    // Layout::Bhsd strides v and o by head_dim_v: the same numbers from transposed buffers.
+    let bhsd = builder.layout(Layout::Bhsd).build().unwrap();
+    let swap = |x: &[f32], s: usize, h: usize, dim: usize, to_bhsd: bool| -> Vec<f32> {
+        let mut y = vec![0.0f32; x.len()];
+        for (bi, si, hi, c) in (0..b).flat_map(|bi| (0..s).flat_map(move |si| (0..h).flat_map(move |hi| (0..dim).map(move |c| (bi, si, hi, c))))) {
+            let (bshd, bhsd) = (((bi * s + si) * h + hi) * dim + c, ((bi * h + hi) * s + si) * dim + c);
+            if to_bhsd { y[bhsd] = x[bshd] } else { y[bshd] = x[bhsd] }
+        }
+        y
+    };
+    let mut o_t = vec![f32::NAN; e.o];
+    ctx.forward(&bhsd, &swap(&q, sq, hq, d, true), &swap(&k, sk, hkv, d, true), &swap(&v, sk, hkv, dv, true), &mut o_t, None)
+        .unwrap();
+    assert_eq!(swap(&o_t, sq, hq, dv, false), o);
+    // Hostile: a negative value is named.
+    let err = Config::builder(DType::F32, 1, 1, 1, 1, 1, 8).head_dim_v(-3).build().err().unwrap();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.detail().contains("head_dim_v = -3"), "{}", err.detail());
+}
 
 #[test]
 fn masks_and_biases_match_the_reference() {
@@ -147,6 +204,7 @@ fn masks_and_biases_match_the_reference() {
                 softcap: softcap as f64,
                 slopes: slope_row,
                 sinks: with_sinks.then_some(&sinks[..]),
+                dv: d,
             };
             let qs = &q[bi * sq * hq * d..(bi + 1) * sq * hq * d];
             let ks = &k[bi * sk * hkv * d..(bi + 1) * sk * hkv * d];
