@@ -564,7 +564,7 @@ typedef struct fa_kernel_config {
  *    the mma.sync knobs (async_copy ... optimized_softmax) are 0. It runs dense problems with
  *    every mask and bias (causal, windows, soft-capping, ALiBi, sinks, any scale), GQA and
  *    LSE, in the dense, varlen and contiguous KV-cache layouts, and paged KV caches whose
- *    gcd(B_c, page_size) is a multiple of 8 (since 0.4.0). Other page sizes, num_splits > 1
+ *    gcd(B_c, page_size) is a multiple of 8 (since 0.3.0). Other page sizes, num_splits > 1
  *    and strides of 2^39 elements or more (TMA's limit) run on the mma.sync family, and a plan
  *    pinned to an sm90 kernel refuses them with FA_STATUS_KERNEL_NOT_AVAILABLE. */
 typedef enum fa_kernel_family {
