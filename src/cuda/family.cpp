@@ -1,6 +1,7 @@
 #include "cuda/family.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 namespace fa::cuda {
@@ -60,7 +61,10 @@ ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {
   f.layout = static_cast<int32_t>(p.layout);
   f.total_q = static_cast<int32_t>(p.total_q);
   f.total_k = static_cast<int32_t>(p.total_k);
-  f.num_pages = static_cast<int32_t>(p.num_pages);
+  // Block-table entries are int32, so pages past INT32_MAX cannot be named; clamping keeps a pool
+  // of 2^31 pages or more (never rejected by validation) from wrapping negative, which would
+  // let the kernels' clamp into [0, num_pages) admit negative pages.
+  f.num_pages = static_cast<int32_t>(std::min<int64_t>(p.num_pages, INT32_MAX));
   f.page_size = static_cast<int32_t>(p.page_size);
   f.max_pages_per_seq = static_cast<int32_t>(p.max_pages_per_seq);
 

@@ -1,7 +1,10 @@
 // The building blocks both kernel families' answers use (src/cuda/family.cpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/family.hpp"
 #include "cuda/family_cases.hpp"
@@ -73,6 +76,18 @@ TEST_SUITE("family") {
     q = p;
     q.alibi = Alibi::kPerHead;
     CHECK(needs_general(q, false, 1));
+  }
+
+  TEST_CASE("a page pool of 2^31 pages or more reaches the kernels as INT32_MAX pages") {
+    Problem p = test::dense_problem(1, 16, 64, 4, 4);
+    p.layout = Layout::kPagedKv;
+    p.page_size = 16;
+    p.max_pages_per_seq = 4;
+    for (int64_t pages : {int64_t(5), (int64_t(1) << 31) - 1, int64_t(1) << 31, (int64_t(1) << 32) + 3}) {
+      p.num_pages = pages;
+      ForwardParams const f = forward_params(p, 64, Schedule{});
+      CHECK(f.num_pages == std::min<int64_t>(pages, INT32_MAX));
+    }
   }
 
   TEST_CASE("split workspace: partial outputs and LSEs, rounded to 256 bytes") {
