@@ -1,7 +1,6 @@
 // The sm90 family's rules (sm_90a): what its TMA-fed kernels do not run, and its persistent grid.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 #include <string>
 
 #include "cuda/device.hpp"
@@ -13,19 +12,13 @@ namespace fa::cuda::sm90 {
 namespace {
 
 // It reads every tensor through TMA maps (tensor_map.hpp), a paged cache's in boxes of
-// gcd(B_c, page_size) rows, and keeps raw scores with the scale folded into exp2 (softmax.cuh).
-std::string cannot_run(KernelConfig const& k, Problem const& p) {
+// gcd(B_c, page_size) rows or, for small pages, gathered by its producer warpgroup
+// (mainloop_load.cuh), and keeps raw scores with the scale folded into exp2 (softmax.cuh).
+std::string cannot_run(KernelConfig const&, Problem const& p) {
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
-  if (p.layout == Layout::kPagedKv) {
-    // A box must start on a 1024-byte boundary of the swizzled stage (8 rows of 128 bytes) and
-    // lie within one page; at most one box per lane of the loading warp (B_c / 8 <= 32).
-    int64_t const box = std::gcd(int64_t(k.B_c), p.page_size);
-    if (box % 8 != 0) {
-      return "the sm90 family reads a paged cache in boxes of gcd(B_c, page_size) rows, a "
-             "multiple of 8; page_size = " + std::to_string(p.page_size) + " with B_c = " +
-             std::to_string(k.B_c) + " gives " + std::to_string(box);
-    }
-    if (p.num_pages >= (int64_t(1) << 31) - 1) return "num_pages of 2^31 - 1 or more (TMA's limit)";
+  // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
+  if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {
+    return "num_pages of 2^31 - 1 or more (TMA's limit)";
   }
   if (p.num_splits > 1) return "the sm90 family does not split the keys (num_splits > 1)";
   // A TMA map's strides must stay below 2^40 bytes.

@@ -1,34 +1,99 @@
-// The sm90 family's producer: the producer warpgroup's first warp streams each tile's Q and its
-// key blocks' K and V by TMA into the pipeline's stages (Smem), waiting on a stage's "empty"
-// barrier before reusing it and arming its "full" barrier with the bytes it brings.
-//
-// A paged KV cache is read through maps over its page pool ({head_dim, page_size, heads_kv,
-// num_pages}) in boxes of Params::kv_box_rows = gcd(B_c, page_size) rows: every box of a key
-// block then lies within one page (B_c and page_size are multiples of it), and lane i of the warp
-// loads box i from the page the block table names. Only the producer changes: the stages hold
-// the same swizzled tiles as for a contiguous cache, because a box of a multiple of 8 rows lands
-// on a 1024-byte boundary, where the 128-byte swizzle pattern restarts (family.cpp refuses page
-// sizes whose boxes would not).
+// The sm90 family's producer: the producer warpgroup streams each tile's Q and its key blocks'
+// K and V into the pipeline's stages (Smem), waiting on a stage's "empty" barrier before reusing
+// it and signalling its "full" barrier when the stage holds the block. The consumers read the
+// same 128-byte-swizzled tiles whichever way they were filled:
+//   - dense tensors and contiguous caches: one thread of warp 0 issues a TMA copy per 64 columns;
+//   - a paged cache with large pages: maps over its page pool ({head_dim, page_size, heads_kv,
+//     num_pages}) in boxes of Params::kv_box_rows = gcd(B_c, page_size) rows, so every box of a
+//     key block lies within one page, lane i of warp 0 copying box i from the page the block
+//     table names (a box of a multiple of 8 rows lands on a 1024-byte boundary, where the
+//     swizzle pattern restarts);
+//   - a paged cache with small pages (boxes under 64 rows, Params::kv_gather): the whole
+//     warpgroup gathers rows with 16-byte cp.async copies, applying the swizzle itself.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/forward_params.hpp"
+#include "cuda/ptx.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/tile.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
 
 namespace fa::cuda::sm90 {
 
-// Run by the 32 lanes of one warp: every lane waits on the barriers, lane 0 arms them and issues
-// the dense copies, the lanes with a paged box issue one copy each per 64 columns. (A box's bytes
-// may complete on a "full" barrier before lane 0 arms it: the barrier's transaction count goes
-// negative meanwhile, and its phase waits for lane 0's arrival either way.)
+// The K and V blocks of one tile gathered from a paged cache by the 128 producer threads: each
+// copies one 16-byte chunk of a row per pass, rows past the sequence's keys as zeros (so the
+// table's padding is never followed and no stale value reaches P V), table entries clamped into
+// [0, num_pages). A block's "full" barriers are signalled once the thread's copies of the next
+// block are in flight (cp.async.wait_group 1), after the proxy fence that makes cp.async's writes
+// visible to wgmma; the tile's last block before the tile ends (the consumers release Q only
+// after it, and the next tile's Q waits for that).
+template <class T>
+__device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
+                                          int kv_head, int64_t pipe, int ptid) {
+  using Elem = typename T::Elem;
+  constexpr int kChunks = T::kD / 8;          // 16-byte chunks per row
+  constexpr int kRowsPerPass = 128 / kChunks;  // 16 at d = 64, 8 at 128, 4 at 256
+  int const chunk = ptid % kChunks, r0 = ptid / kChunks;
+  // The chunk's place in a stage: its 64-column block, then the 16-byte unit within the row.
+  uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
+  uint32_t const unit = chunk % 8;
+  Elem const* const k_base = static_cast<Elem const*>(p.k) + int64_t(kv_head) * p.k_head_stride + chunk * 8;
+  Elem const* const v_base = static_cast<Elem const*>(p.v) + int64_t(kv_head) * p.v_head_stride + chunk * 8;
+  int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
+  int pending = -1;  // the stage whose copies are in flight, not yet signalled
+  auto signal = [&](int s) {
+    fence_proxy_async_shared();
+    mbar_arrive(&sm.k_full[s]);
+    mbar_arrive(&sm.v_full[s]);
+  };
+  for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
+    int const n = w.n_begin + w.n_blocks - 1 - it;
+    int const s = int(pipe % T::kStages);
+    uint32_t const phase = (pipe / T::kStages) & 1;
+    mbar_wait(&sm.k_empty[s], phase ^ 1);
+    mbar_wait(&sm.v_empty[s], phase ^ 1);
+    uint32_t const k_dst = smem_addr(sm.k_tiles + s * T::kKVBytes) + col;
+    uint32_t const v_dst = smem_addr(sm.v_tiles + s * T::kKVBytes) + col;
+    for (int r = r0; r < T::kBc; r += kRowsPerPass) {
+      int const key = n * T::kBc + r;
+      bool const valid = key < w.seq.sk;
+      int64_t page = 0, row = 0;
+      if (valid) {
+        page = min(max(table[key / p.page_size], 0), p.num_pages - 1);
+        row = key % p.page_size;
+      }
+      uint32_t const at = uint32_t(r) * 128 + ((unit ^ uint32_t(r & 7)) << 4);
+      ptx::cp_async_16_zfill(k_dst + at, k_base + page * p.k_batch_stride + row * p.k_seq_stride, valid);
+      ptx::cp_async_16_zfill(v_dst + at, v_base + page * p.v_batch_stride + row * p.v_seq_stride, valid);
+    }
+    ptx::cp_async_commit();
+    if (pending >= 0) {
+      ptx::cp_async_wait<1>();
+      signal(pending);
+    }
+    pending = s;
+  }
+  if (pending >= 0) {
+    ptx::cp_async_wait<0>();
+    signal(pending);
+  }
+}
+
+// Run by the producer warpgroup's 128 threads (ptid = its thread index): with TMA only warp 0
+// takes part, every lane waiting on the barriers, lane 0 arming them and issuing the dense
+// copies, the lanes with a paged box one copy each per 64 columns. (A box's bytes may complete
+// on a "full" barrier before lane 0 arms it: the barrier's transaction count goes negative
+// meanwhile, and its phase waits for lane 0's arrival either way.)
 template <class T>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
-                                           TileScheduler<T> const& sched, int lane) {
+                                           TileScheduler<T> const& sched, int ptid) {
   ForwardParams const& p = params.p;
-  bool const leader = lane == 0;
+  bool const gather = params.kv_gather != 0;
+  if (!gather && ptid >= 32) return;
+  int const lane = ptid % 32;
+  bool const leader = ptid == 0;
   if (leader) {
     tma_prefetch_map(&params.q_map);
     tma_prefetch_map(&params.k_map);
@@ -51,6 +116,11 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
         tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full, cb * 64,
                     int(w.seq.q_first) + w.m_block * T::kBr, w.head, w.map_batch);
       }
+    }
+    if (gather) {
+      gather_kv<T>(p, sm, w, kv_head, pipe, ptid);
+      pipe += w.n_blocks;
+      continue;
     }
     // This lane's box of key block n in a paged cache: its page and its first row there. A box
     // that starts past the sequence's keys (or a lane past the block's boxes) reads page
