@@ -25,10 +25,14 @@ namespace fa::cuda::sm90 {
 // The K and V blocks of one tile gathered from a paged cache by the 128 producer threads: each
 // copies one 16-byte chunk of a row per pass, rows past the sequence's keys as zeros (so the
 // table's padding is never followed and no stale value reaches P V), table entries clamped into
-// [0, num_pages). A block's "full" barriers are signalled once the thread's copies of the next
-// block are in flight (cp.async.wait_group 1), after the proxy fence that makes cp.async's writes
-// visible to wgmma; the tile's last block before the tile ends (the consumers release Q only
-// after it, and the next tile's Q waits for that).
+// [0, num_pages). Each stage's "full" barrier is signalled after the thread's copies into it
+// complete (cp.async.wait_group) and the proxy fence that makes cp.async's writes visible to
+// wgmma. The order follows the consumers', who with overlap issue block it + 1's Q K^T before
+// block it's P V (mainloop_mma.cuh): K(it) is signalled before the producer waits for anything
+// that needs V(it), and V(it) once K(it + 1)'s copies are in flight. (Signalling a block only
+// after the next block's copies were issued deadlocked: the next block's V stage frees only
+// after a P V that waits for this block's K.) The tile's last V is signalled before the tile
+// ends (the consumers release Q only after it, and the next tile's Q waits for that).
 template <class T>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
@@ -39,23 +43,11 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   // The chunk's place in a stage: its 64-column block, then the 16-byte unit within the row.
   uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
   uint32_t const unit = chunk % 8;
+  int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
   Elem const* const k_base = static_cast<Elem const*>(p.k) + int64_t(kv_head) * p.k_head_stride + chunk * 8;
   Elem const* const v_base = static_cast<Elem const*>(p.v) + int64_t(kv_head) * p.v_head_stride + chunk * 8;
-  int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
-  int pending = -1;  // the stage whose copies are in flight, not yet signalled
-  auto signal = [&](int s) {
-    fence_proxy_async_shared();
-    mbar_arrive(&sm.k_full[s]);
-    mbar_arrive(&sm.v_full[s]);
-  };
-  for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
-    int const n = w.n_begin + w.n_blocks - 1 - it;
-    int const s = int(pipe % T::kStages);
-    uint32_t const phase = (pipe / T::kStages) & 1;
-    mbar_wait(&sm.k_empty[s], phase ^ 1);
-    mbar_wait(&sm.v_empty[s], phase ^ 1);
-    uint32_t const k_dst = smem_addr(sm.k_tiles + s * T::kKVBytes) + col;
-    uint32_t const v_dst = smem_addr(sm.v_tiles + s * T::kKVBytes) + col;
+  // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`.
+  auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst, int n) {
     for (int r = r0; r < T::kBc; r += kRowsPerPass) {
       int const key = n * T::kBc + r;
       bool const valid = key < w.seq.sk;
@@ -65,19 +57,36 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
         row = key % p.page_size;
       }
       uint32_t const at = uint32_t(r) * 128 + ((unit ^ uint32_t(r & 7)) << 4);
-      ptx::cp_async_16_zfill(k_dst + at, k_base + page * p.k_batch_stride + row * p.k_seq_stride, valid);
-      ptx::cp_async_16_zfill(v_dst + at, v_base + page * p.v_batch_stride + row * p.v_seq_stride, valid);
+      ptx::cp_async_16_zfill(dst + at, base + page * page_stride + row * row_stride, valid);
     }
     ptx::cp_async_commit();
-    if (pending >= 0) {
-      ptx::cp_async_wait<1>();
-      signal(pending);
+  };
+  auto signal = [&](uint64_t* full) {
+    fence_proxy_async_shared();
+    mbar_arrive(full);
+  };
+  int pending_v = -1;  // the stage whose V copies are in flight, not yet signalled
+  for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
+    int const n = w.n_begin + w.n_blocks - 1 - it;
+    int const s = int(pipe % T::kStages);
+    uint32_t const phase = (pipe / T::kStages) & 1;
+    mbar_wait(&sm.k_empty[s], phase ^ 1);
+    gather(k_base, p.k_batch_stride, p.k_seq_stride,
+           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, n);
+    if (pending_v >= 0) {
+      ptx::cp_async_wait<1>();  // the previous block's V; this block's K may still run
+      signal(&sm.v_full[pending_v]);
     }
-    pending = s;
+    mbar_wait(&sm.v_empty[s], phase ^ 1);
+    gather(v_base, p.v_batch_stride, p.v_seq_stride,
+           smem_addr(sm.v_tiles + s * T::kKVBytes) + col, n);
+    ptx::cp_async_wait<1>();  // this block's K; its V may still run
+    signal(&sm.k_full[s]);
+    pending_v = s;
   }
-  if (pending >= 0) {
+  if (pending_v >= 0) {
     ptx::cp_async_wait<0>();
-    signal(pending);
+    signal(&sm.v_full[pending_v]);
   }
 }
 
