@@ -20,7 +20,6 @@ std::string cannot_run(KernelConfig const&, Problem const& p) {
   if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {
     return "num_pages of 2^31 - 1 or more (TMA's limit)";
   }
-  if (p.num_splits > 1) return "the sm90 family does not split the keys (num_splits > 1)";
   // A TMA map's strides must stay below 2^40 bytes.
   for (int64_t stride : {p.q.batch, p.q.seq, p.q.head, p.k.batch, p.k.seq, p.k.head, p.v.batch,
                          p.v.seq, p.v.head}) {
@@ -33,17 +32,23 @@ bool pack_gqa(KernelConfig const&, Problem const&) { return false; }
 
 int decode_rank(KernelConfig const&, Problem const&) { return 0; }
 
-Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p, bool) {
+Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
+                  bool allow_split) {
   KernelConfig const& k = kernel.config;
   Schedule s;
-  s.blocks = unsplit_blocks(k.B_r, p, false);
-  // A persistent kernel launches one block per SM (one fits per SM), each walking tiles.
-  if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, std::max(device.sm_count, 1));
+  int64_t const base = unsplit_blocks(k.B_r, p, false);
+  // One block fits per SM (the tile's shared memory and 384-512 threads).
+  int64_t const sms = std::max(device.sm_count, 1);
+  s.num_splits = choose_splits(p, base, sms, k.B_c, allow_split);
+  s.blocks = base * s.num_splits;
+  // A persistent kernel launches one block per SM, each walking tiles.
+  if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, sms);
   // Its producer reads pages at run time in either instantiation: a paged cache alone does not
-  // need the general one (as the mma.sync family's does).
+  // need the general one (as the mma.sync family's does). Splits do (the partials' epilogue).
   Problem dense_cache = p;
   if (dense_cache.layout == Layout::kPagedKv) dense_cache.layout = Layout::kKvCache;
-  s.general = needs_general(dense_cache, false, 1);
+  s.general = needs_general(dense_cache, false, s.num_splits);
+  if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
   return s;
 }
 
