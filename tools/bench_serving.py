@@ -203,7 +203,7 @@ def main():
             try:
                 step, out = make(pt)
                 torch.cuda.synchronize()
-            except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
+            except Exception as e:  # a baseline that refuses a point (FA4 asserts, raises, ...)
                 if name == "libflashattn":
                     raise
                 if not isinstance(e, NotImplementedError):

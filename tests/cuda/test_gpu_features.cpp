@@ -230,11 +230,6 @@ TEST_CASE("every registered kernel runs the features") {
   sample[6].sk = {600, 0, 77};
   sample[6].causal = true;
   sample[6].alibi = FA_ALIBI_PER_HEAD;
-  // The sm90 family runs splits, and paged caches whose key blocks split into boxes of a
-  // multiple of 8 rows.
-  auto sm90_runs = [](FeatureCase const& c, fa_kernel_config const& k) {
-    return c.layout != FA_LAYOUT_PAGED_KV || std::gcd(int64_t(k.B_c), c.page_size) % 8 == 0;
-  };
   int kernels = 0;
   uint64_t seed = 9000;
   for (size_t i = 0; i < fa_kernel_count(); i += static_cast<size_t>(sample_step())) {
@@ -247,16 +242,6 @@ TEST_CASE("every registered kernel runs the features") {
       FeatureData d = fa_test::make_feature_data(c, ++seed);
       char name[128];
       fa_kernel_config_name(&k, name, sizeof name, nullptr);
-      if (k.family == FA_FAMILY_SM90 && !sm90_runs(c, k)) {
-        // Refused by name when pinned; the library's choice runs it on the mma.sync family.
-        fa_plan_t* plan = nullptr;
-        CHECK(fa_plan_create_with_kernel(gpu.ctx, &d.config, &k, &plan) ==
-              FA_STATUS_KERNEL_NOT_AVAILABLE);
-        INFO(name << ": " << std::string(fa_last_error_detail()));
-        CHECK(std::string(fa_last_error_detail()).find("sm90 family") != std::string::npos);
-        CHECK(plan == nullptr);
-        continue;
-      }
       run_plan(gpu, d, &k);
       check_result(d, name);
     }
