@@ -170,8 +170,8 @@ TEST_CASE("every registered kernel runs the features") {
   // a varlen batch with windows and sinks; a dense causal window with softcap and a negative
   // scale; a dense causal window with GQA and Sq != Sk; dense causal with every bias and more
   // queries than keys (rows that see no key but a sink); a dense two-sided window with sinks
-  // alone; a contiguous cache with an empty sequence and ALiBi (the sm90 family runs all but
-  // the first, whose pages of 3 rows it refuses).
+  // alone; a contiguous cache with an empty sequence and ALiBi (the sm90 family runs them all,
+  // the first by gathering its pages of 3 rows).
   std::vector<FeatureCase> sample(7);
   sample[0].layout = FA_LAYOUT_PAGED_KV;
   sample[0].page_size = 3;
@@ -252,10 +252,10 @@ TEST_CASE("every registered kernel runs the features") {
 
 TEST_CASE("every sm90 kernel reads paged caches of every page size") {
   Gpu gpu;
-  // Page sizes against the family's B_c of 64, 80, 128 and 192: 64 and 256 (TMA boxes of 64 to
-  // 192 rows, or of 16 at B_c 80: gathered), 1, 3, 8, 16 and 48 (rows gathered by the producer
-  // warpgroup; 48 at B_c 192 a box of 48, gathered too).
-  int64_t const pages[] = {8, 16, 48, 64, 256, 1, 3};
+  // Page sizes against the family's B_c of 64, 80, 128 and 192: 8, 16, 48, 64 and 256 (TMA
+  // boxes of 8 to 192 rows: 16 at B_c 80, 48 at B_c 192) and 1, 3, 100 (boxes of 1, 3 or 4
+  // rows: gathered by the producer warpgroup).
+  int64_t const pages[] = {8, 16, 48, 64, 256, 1, 3, 100};
   // Decode, speculative and chunked prefill against caches of uneven lengths (an empty one, one
   // shorter than a page, one ending mid-block), GQA 1, 4 and 8, causal or not.
   struct Shape {

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       mbar_wait(sm.q_full, q_round & 1);
       ++q_round;
     }
-    consume_tile<T>(sm, q_base, pipe, w.n_blocks, lane, params.kv_gather != 0, turns, o,
+    consume_tile<T>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
                     [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
                       int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
                       softmax.step(p, frame, transform, c, key0, sc, rescale);

@@ -8,8 +8,9 @@
 //     key block lies within one page, lane i of warp 0 copying box i from the page the block
 //     table names (a box of a multiple of 8 rows lands on a 1024-byte boundary, where the
 //     swizzle pattern restarts);
-//   - a paged cache with small pages (boxes under 64 rows, Params::kv_gather): the whole
-//     warpgroup gathers rows with 16-byte cp.async copies, applying the swizzle itself.
+//   - a paged cache whose boxes would not be a multiple of 8 rows (pages of 1, 3, 4, 12, ...;
+//     Params::kv_gather): the whole warpgroup gathers rows with 16-byte cp.async copies,
+//     applying the swizzle itself.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +31,14 @@ namespace fa::cuda::sm90 {
 // by shuffle: one table load per lane per block instead of one per row and pass, issued for the
 // next block while this block's copies run. (The first version looked every row up just before
 // its copy: 16 dependent global loads per thread and block, 4.8x the contiguous time at page 16
-// on the H200, 4 x 512 against 8k.) Each thread's copies into a stage arrive on its "full"
-// barrier when they complete (cp.async.mbarrier.arrive), so the producer waits only for free
-// stages, never for its own copies: K and V of a block go out back to back and the next block's
-// as soon as its stages free. (Waiting for each block's K before signalling it, the second
-// version, kept one block in flight: 2.7x the contiguous time.) The consumers fence the async
-// proxy after the wait, since wgmma reads what cp.async wrote (mainloop_mma.cuh).
+// on the H200, 4 x 512 against 8k.) Each stage's "full" barrier is signalled after the thread's
+// copies into it complete (cp.async.wait_group) and the proxy fence that makes cp.async's writes
+// visible to wgmma. The order follows the consumers', who with overlap issue block it + 1's
+// Q K^T before block it's P V (mainloop_mma.cuh): K(it) is signalled before the producer waits
+// for anything that needs V(it), and V(it) once K(it + 1)'s copies are in flight. (Signalling a
+// block only after the next block's copies were issued deadlocked: the next block's V stage
+// frees only after a P V that waits for this block's K.) The tile's last V is signalled before
+// the tile ends (the consumers release Q only after it, and the next tile's Q waits for that).
 template <class T>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
@@ -89,9 +92,15 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
       uint32_t const at = uint32_t(r) * 128 + ((unit ^ uint32_t(r & 7)) << 4);
       ptx::cp_async_16_zfill(dst + at, src, valid);
     }
+    ptx::cp_async_commit();
+  };
+  auto signal = [&](uint64_t* full) {
+    fence_proxy_async_shared();
+    mbar_arrive(full);
   };
   int cur_page[kSlots], cur_row[kSlots];
   if (w.n_blocks > 0) look_up(w.n_begin + w.n_blocks - 1);
+  int pending_v = -1;  // the stage whose V copies are in flight, not yet signalled
   for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
     int const n = w.n_begin + w.n_blocks - 1 - it;
     int const s = int(pipe % T::kStages);
@@ -104,13 +113,22 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     mbar_wait(&sm.k_empty[s], phase ^ 1);
     gather(k_base, p.k_batch_stride, p.k_seq_stride,
            smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row);
-    mbar_arrive_on_cp_async(&sm.k_full[s]);
     // The next block's pages load while this block's copies run and the V stage frees.
     if (it + 1 < w.n_blocks) look_up(n - 1);
+    if (pending_v >= 0) {
+      ptx::cp_async_wait<1>();  // the previous block's V; this block's K may still run
+      signal(&sm.v_full[pending_v]);
+    }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
     gather(v_base, p.v_batch_stride, p.v_seq_stride,
            smem_addr(sm.v_tiles + s * T::kKVBytes) + col, cur_page, cur_row);
-    mbar_arrive_on_cp_async(&sm.v_full[s]);
+    ptx::cp_async_wait<1>();  // this block's K; its V may still run
+    signal(&sm.k_full[s]);
+    pending_v = s;
+  }
+  if (pending_v >= 0) {
+    ptx::cp_async_wait<0>();
+    signal(&sm.v_full[pending_v]);
   }
 }
 
@@ -202,8 +220,6 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       if (paged && it + 1 < w.n_blocks) look_up(n - 1);
     }
   }
-  // A gathering thread leaves only once its last copies (and their barrier arrivals) are done.
-  if (gather) ptx::cp_async_wait_all();
 }
 
 }  // namespace fa::cuda::sm90

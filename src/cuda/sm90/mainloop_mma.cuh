@@ -40,13 +40,10 @@ struct Turns {
 // Runs the key blocks of one tile, n_blocks of them from pipeline position `pipe` (walked last
 // to first), accumulating into `o`; softmax(it, sc, rescale) turns block it's scores into
 // probabilities in place and says how O is rescaled first. q_base is the warpgroup's Q rows.
-// gathered: K and V were written by cp.async (a paged cache's gathered rows), in the generic
-// proxy, so a proxy fence after each stage's wait orders them before wgmma's async-proxy reads.
 template <class T, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
-                                             int n_blocks, int lane, bool gathered,
-                                             Turns<T> const& turns, float (&o)[T::kD / 2],
-                                             Softmax&& softmax) {
+                                             int n_blocks, int lane, Turns<T> const& turns,
+                                             float (&o)[T::kD / 2], Softmax&& softmax) {
   auto stage_of = [&](int it) { return int((pipe + it) % T::kStages); };
   auto phase_of = [&](int it) { return uint32_t((pipe + it) / T::kStages) & 1; };
 
@@ -55,7 +52,6 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     int const s = stage_of(it);
     uint32_t const k_base = smem_addr(sm.k_tiles + s * T::kKVBytes);
     mbar_wait(&sm.k_full[s], phase_of(it));
-    if (gathered) fence_proxy_async_shared();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kD / 16; ++kk) {
@@ -70,7 +66,6 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     int const s = stage_of(it);
     uint32_t const v_base = smem_addr(sm.v_tiles + s * T::kKVBytes);
     mbar_wait(&sm.v_full[s], phase_of(it));
-    if (gathered) fence_proxy_async_shared();
     // O's rescaling and P's packing are finished before wgmma.fence orders them for the tensor
     // cores (the compiler may not sink them past it).
     fence_operands(o);

@@ -36,14 +36,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// An arrival on `bar` once every cp.async this thread issued before has completed (.noinc: the
-// arrival is one of the count the barrier was initialised with), so the issuing thread never
-// waits for its own copies.
-__device__ __forceinline__ void mbar_arrive_on_cp_async(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
-               : "memory");
-}
-
 // Waits until the phase with parity `parity` has completed. A fresh barrier is in phase 0, so
 // waiting on parity 1 returns at once (how a producer passes its empty barriers the first time).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {

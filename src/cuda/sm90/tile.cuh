@@ -26,9 +26,9 @@ struct Params {
   // Rows of a K/V box: B_c, or for a paged cache gcd(B_c, page_size), with the maps spanning
   // the page pool {head_dim, page_size, heads_kv, num_pages} (mainloop_load.cuh).
   int32_t kv_box_rows;
-  // 1: a paged cache whose boxes would be under 64 rows is gathered row by row with cp.async
-  // by the whole producer warpgroup instead (mainloop_load.cuh), and the K/V "full" barriers
-  // count its 128 threads' arrivals.
+  // 1: a paged cache whose boxes would not be a multiple of 8 rows is gathered row by row with
+  // cp.async by the whole producer warpgroup instead (mainloop_load.cuh), and the K/V "full"
+  // barriers count its 128 threads' arrivals.
   int32_t kv_gather;
   // Tile order: the (batch, head) pairs are walked in groups of `head_group`, and within a group
   // query blocks go from the last (the heaviest under a causal mask) to the first, every pair of
