@@ -563,10 +563,12 @@ typedef struct fa_kernel_config {
  *    compute capability 9.0 only. B_r = 64 per consumer warpgroup, B_c the keys per stage;
  *    the mma.sync knobs (async_copy ... optimized_softmax) are 0. It runs dense problems with
  *    every mask and bias (causal, windows, soft-capping, ALiBi, sinks, any scale), GQA and
- *    LSE, in the dense, varlen and contiguous KV-cache layouts, and paged KV caches whose
- *    gcd(B_c, page_size) is a multiple of 8 (since 0.3.0). Other page sizes, num_splits > 1
- *    and strides of 2^39 elements or more (TMA's limit) run on the mma.sync family, and a plan
- *    pinned to an sm90 kernel refuses them with FA_STATUS_KERNEL_NOT_AVAILABLE. */
+ *    LSE, in the dense, varlen and contiguous KV-cache layouts, paged KV caches of any page
+ *    size (since 0.3.0: TMA boxes of gcd(B_c, page_size) rows where that is a multiple of 8,
+ *    rows gathered by the producer warpgroup otherwise) and split-KV (num_splits > 1, the
+ *    partials merged by the shared combine kernel; since 0.3.0). Strides of 2^39 elements or
+ *    more (TMA's limit) and page pools of 2^31 - 1 pages or more run on the mma.sync family,
+ *    and a plan pinned to an sm90 kernel refuses them with FA_STATUS_KERNEL_NOT_AVAILABLE. */
 typedef enum fa_kernel_family {
   FA_FAMILY_MMA_SYNC = 0,
   FA_FAMILY_SM90 = 1

@@ -28,7 +28,8 @@ step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, reco
   want "$name" || return 0
   echo "== $name: $*"
   local t0=$SECONDS
-  if "$@" >"$logs/$name.log" 2>&1; then echo "   ok ($((SECONDS - t0)) s)"; else
+  # A hung kernel must not take the call's whole limit: each step ends after FA_STEP_TIMEOUT s.
+  if timeout "${FA_STEP_TIMEOUT:-900}" "$@" >"$logs/$name.log" 2>&1; then echo "   ok ($((SECONDS - t0)) s)"; else
     echo "   FAILED ($((SECONDS - t0)) s); tail of $name.log:"; tail -n 40 "$logs/$name.log"; status=1; fi
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1

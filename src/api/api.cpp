@@ -40,9 +40,9 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
   cuda::KernelEntry const* chosen = nullptr;
   if (fa_status s = cuda::choose_kernel(ctx->gpu, p, &chosen); s != FA_STATUS_SUCCESS) return s;
   // The first problem of a key fills the cache; one with features its kernel cannot run
-  // chooses anew each time rather than evicting it. Forced splits are not cached either: the
-  // sm90 family refuses them, and its mma.sync fallback must not become the pick for the
-  // same shape without them (1.8x slower at d 128, causal, 4k on an H200).
+  // chooses anew each time rather than evicting it. Forced splits are not cached either: the key
+  // leaves num_splits out, and a kernel picked for a forced split count must not become the pick
+  // for the same shape without one.
   if (cached == nullptr && p.num_splits <= 1) {
     std::lock_guard lock(ctx->mutex);
     ctx->choices.insert(key, chosen);

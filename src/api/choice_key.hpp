@@ -21,8 +21,8 @@ inline ChoiceKey choice_key(Problem const& p) {
 // The built-in choice's cache key: the shape key plus what else choose_kernel() and the
 // families' refusals read to pick between decode and table kernels (query heads per K/V head,
 // the layout, the page size: a family may run some page sizes and not others, as the sm90
-// family runs pages of 16 rows but not of 1, and a fallback chosen for one must not become
-// another's pick).
+// family ran pages of 16 rows but not of 1 before it gathered small pages, and a fallback chosen
+// for one must not become another's pick).
 using BuiltinKey = std::tuple<ChoiceKey, int64_t, int, int64_t>;
 
 inline BuiltinKey builtin_key(Problem const& p) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <string>
 
 namespace fa::cuda {
@@ -31,6 +32,33 @@ size_t split_workspace_bytes(Problem const& p, int num_splits) {
   size_t const floats = size_t(num_splits) * size_t(p.q_rows()) * size_t(p.heads_q) *
                         size_t(p.head_dim_v + 1);
   return (floats * sizeof(float) + 255) / 256 * 256;
+}
+
+int choose_splits(Problem const& p, int64_t base, int64_t capacity, int B_c, bool allow_split) {
+  // Partials are indexed by int32 rows, and the combine kernel has a warp per (row, head).
+  if (p.q_rows() * p.heads_q > INT32_MAX) return 1;
+  if (p.num_splits > 0) return p.num_splits;
+  if (!allow_split) return 1;
+  // Fill one wave of resident blocks when the unsplit grid leaves SMs idle (decode), with each
+  // split keeping at least 4 key blocks so its partial output (one row of d floats) stays
+  // small against the keys it reads. Among the counts up to twice that, take the one whose
+  // last wave is fullest (ties: fewer splits).
+  int64_t const key_blocks = (p.seqlen_k + B_c - 1) / B_c;
+  int64_t const most = std::min<int64_t>({256, key_blocks / 4, INT32_MAX / std::max<int64_t>(base, 1)});
+  int splits = 1;
+  if (base < capacity && most > 1) {
+    int64_t const target = std::min(most, (capacity + base - 1) / base);
+    double best = 0.0;
+    for (int64_t n = std::max<int64_t>(1, target / 2); n <= std::min(most, 2 * target); ++n) {
+      double const waves = double(base * n) / double(capacity);
+      double const efficiency = waves / std::ceil(waves);
+      if (efficiency > best + 1e-9) {
+        best = efficiency;
+        splits = static_cast<int>(n);
+      }
+    }
+  }
+  return splits;
 }
 
 ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {

@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <numeric>
 #include <set>
 #include <string>
 #include <utility>
@@ -171,8 +170,8 @@ TEST_CASE("every registered kernel runs the features") {
   // a varlen batch with windows and sinks; a dense causal window with softcap and a negative
   // scale; a dense causal window with GQA and Sq != Sk; dense causal with every bias and more
   // queries than keys (rows that see no key but a sink); a dense two-sided window with sinks
-  // alone; a contiguous cache with an empty sequence and ALiBi (the sm90 family runs all but
-  // the first, paged and split).
+  // alone; a contiguous cache with an empty sequence and ALiBi (the sm90 family runs them all,
+  // the first by gathering its pages of 3 rows).
   std::vector<FeatureCase> sample(7);
   sample[0].layout = FA_LAYOUT_PAGED_KV;
   sample[0].page_size = 3;
@@ -231,9 +230,6 @@ TEST_CASE("every registered kernel runs the features") {
   sample[6].sk = {600, 0, 77};
   sample[6].causal = true;
   sample[6].alibi = FA_ALIBI_PER_HEAD;
-  auto sm90_runs = [](FeatureCase const& c) {
-    return c.layout != FA_LAYOUT_PAGED_KV && c.num_splits <= 1;
-  };
   int kernels = 0;
   uint64_t seed = 9000;
   for (size_t i = 0; i < fa_kernel_count(); i += static_cast<size_t>(sample_step())) {
@@ -246,16 +242,6 @@ TEST_CASE("every registered kernel runs the features") {
       FeatureData d = fa_test::make_feature_data(c, ++seed);
       char name[128];
       fa_kernel_config_name(&k, name, sizeof name, nullptr);
-      if (k.family == FA_FAMILY_SM90 && !sm90_runs(c)) {
-        // Refused by name when pinned; the library's choice runs it on the mma.sync family.
-        fa_plan_t* plan = nullptr;
-        CHECK(fa_plan_create_with_kernel(gpu.ctx, &d.config, &k, &plan) ==
-              FA_STATUS_KERNEL_NOT_AVAILABLE);
-        INFO(name << ": " << std::string(fa_last_error_detail()));
-        CHECK(std::string(fa_last_error_detail()).find("sm90 family") != std::string::npos);
-        CHECK(plan == nullptr);
-        continue;
-      }
       run_plan(gpu, d, &k);
       check_result(d, name);
     }
@@ -264,12 +250,12 @@ TEST_CASE("every registered kernel runs the features") {
   MESSAGE(kernels << " kernels x " << sample.size() << " feature cases");
 }
 
-TEST_CASE("every sm90 kernel reads paged caches in boxes of gcd(B_c, page_size) rows") {
+TEST_CASE("every sm90 kernel reads paged caches of every page size") {
   Gpu gpu;
-  // Page sizes against the family's B_c of 64, 80, 128 and 192: 8 and 16 (up to 24 boxes per key
-  // block), 48 (boxes of 16, or 48 at B_c 192), 64 and 256 (one box per block, or boxes of 16 at
-  // B_c 80, 64 at 192); 1 and 3 make boxes of fewer than 8 rows, which the family refuses.
-  int64_t const pages[] = {8, 16, 48, 64, 256, 1, 3};
+  // Page sizes against the family's B_c of 64, 80, 128 and 192: 8, 16, 48, 64 and 256 (TMA
+  // boxes of 8 to 192 rows: 16 at B_c 80, 48 at B_c 192) and 1, 3, 100 (boxes of 1, 3 or 4
+  // rows: gathered by the producer warpgroup).
+  int64_t const pages[] = {8, 16, 48, 64, 256, 1, 3, 100};
   // Decode, speculative and chunked prefill against caches of uneven lengths (an empty one, one
   // shorter than a page, one ending mid-block), GQA 1, 4 and 8, causal or not.
   struct Shape {
@@ -281,7 +267,7 @@ TEST_CASE("every sm90 kernel reads paged caches in boxes of gcd(B_c, page_size) 
                                      {8, 2, 16, {300, 16, 77}, true},
                                      {4, 4, 177, {1013, 200}, true},
                                      {4, 1, 64, {129, 1013}, false}};
-  int kernels = 0, refused = 0, index = 0;
+  int kernels = 0, index = 0;
   uint64_t seed = 12000;
   for (size_t i = 0; i < fa_kernel_count(); ++i) {
     fa_kernel_config k;
@@ -302,18 +288,8 @@ TEST_CASE("every sm90 kernel reads paged caches in boxes of gcd(B_c, page_size) 
       c.sq.assign(shape.sk.size(), shape.sq);
       c.sk = shape.sk;
       c.causal = shape.causal;
-      c.num_splits = 1;
+      c.num_splits = j == 0 ? 3 : 1;  // decode split three ways: the partials and the combine
       FeatureData d = fa_test::make_feature_data(c, ++seed);
-      if (std::gcd(int64_t(k.B_c), c.page_size) % 8 != 0) {
-        fa_plan_t* plan = nullptr;
-        CHECK(fa_plan_create_with_kernel(gpu.ctx, &d.config, &k, &plan) ==
-              FA_STATUS_KERNEL_NOT_AVAILABLE);
-        INFO(name << ": " << std::string(fa_last_error_detail()));
-        CHECK(std::string(fa_last_error_detail()).find("page_size = " + std::to_string(c.page_size)) !=
-              std::string::npos);
-        ++refused;
-        continue;
-      }
       run_plan(gpu, d, &k);
       check_result(d, name);
     }
@@ -344,15 +320,14 @@ TEST_CASE("every sm90 kernel reads paged caches in boxes of gcd(B_c, page_size) 
     }
     ++kernels;
   }
-  MESSAGE(kernels << " sm90 kernels x " << shapes.size() << " paged cases, " << refused
-                  << " refused by page size");
-  if (kernels >= 2) CHECK(refused > 0);  // 4 cases a kernel: two kernels span the 7 sizes
+  MESSAGE(kernels << " sm90 kernels x " << shapes.size() << " paged cases");
 }
 
-TEST_CASE("the choice for a paged cache depends on its page size, not on the shape's first plan") {
+TEST_CASE("a chunked prefill on a paged cache gets the family its contiguous cache gets, page size 1 or 16") {
   Gpu gpu;
-  // A chunked prefill whose sm90 pick cannot read pages of 1 row (boxes under 8) but reads pages
-  // of 16: planned at page 1 first, the same shape at page 16 still gets the sm90 family.
+  // A chunked prefill planned first on a cache of pages of 1 row, then of 16, then contiguous:
+  // each plan gets the family the same shape's contiguous cache gets (before the cache was keyed
+  // by page size, a page-1 fallback became every later page size's pick).
   for (auto [dtype, dim] : compiled_shapes()) {
     FeatureCase c;
     c.dtype = dtype;
@@ -376,9 +351,6 @@ TEST_CASE("the choice for a paged cache depends on its page size, not on the sha
       families[i] = k.family;
       fa_plan_destroy(plan);
     }
-    // Page 1 is the mma.sync family's; page 16 is the sm90 family's where this device picks it
-    // for the dense cache of the same shape.
-    CHECK(families[0] == FA_FAMILY_MMA_SYNC);
     c.layout = FA_LAYOUT_KV_CACHE;
     c.page_size = 0;
     FeatureData dense = fa_test::make_feature_data(c, 32);
@@ -389,6 +361,7 @@ TEST_CASE("the choice for a paged cache depends on its page size, not on the sha
     REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
     fa_plan_destroy(plan);
     INFO("dtype " << dtype << " d " << dim);
+    CHECK(families[0] == k.family);
     CHECK(families[1] == k.family);
   }
 }

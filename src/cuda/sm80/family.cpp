@@ -39,36 +39,11 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   Schedule s;
   s.pack_gqa = pack_gqa(k, p);
   int64_t const base = unsplit_blocks(k.B_r, p, s.pack_gqa);
-  int splits = 1;
-  // Partials are indexed by int32 rows, and the combine kernel has a warp per (row, head).
-  bool const splittable = p.q_rows() * p.heads_q <= INT32_MAX;
-  if (!splittable) {
-    splits = 1;
-  } else if (p.num_splits > 0) {
-    splits = p.num_splits;
-  } else if (allow_split) {
-    // Fill one wave of resident blocks when the unsplit grid leaves SMs idle (decode), with each
-    // split keeping at least 4 key blocks so its partial output (one row of d floats) stays
-    // small against the keys it reads. Among the counts up to twice that, take the one whose
-    // last wave is fullest (ties: fewer splits).
-    auto const occ = device.blocks_per_sm.find(&kernel);
-    int64_t const capacity =
-        int64_t(device.sm_count) * (occ == device.blocks_per_sm.end() ? 1 : occ->second);
-    int64_t const key_blocks = (p.seqlen_k + k.B_c - 1) / k.B_c;
-    int64_t const most = std::min<int64_t>({256, key_blocks / 4, INT32_MAX / std::max<int64_t>(base, 1)});
-    if (base < capacity && most > 1) {
-      int64_t const target = std::min(most, (capacity + base - 1) / base);
-      double best = 0.0;
-      for (int64_t n = std::max<int64_t>(1, target / 2); n <= std::min(most, 2 * target); ++n) {
-        double const waves = double(base * n) / double(capacity);
-        double const efficiency = waves / std::ceil(waves);
-        if (efficiency > best + 1e-9) {
-          best = efficiency;
-          splits = static_cast<int>(n);
-        }
-      }
-    }
-  }
+  // The split count fills one wave of resident blocks (blocks_per_sm of them per SM).
+  auto const occ = device.blocks_per_sm.find(&kernel);
+  int64_t const capacity =
+      int64_t(device.sm_count) * (occ == device.blocks_per_sm.end() ? 1 : occ->second);
+  int const splits = choose_splits(p, base, capacity, k.B_c, allow_split);
   s.num_splits = splits;
   s.blocks = base * splits;
   s.general = needs_general(p, s.pack_gqa, splits);

@@ -1,5 +1,6 @@
 // The sm90 family's epilogue: normalises a consumer thread's two rows of O, writes them (a row
-// with no visible key gets 0) and their natural-log LSE.
+// with no visible key gets 0) and their natural-log LSE, or, for one split of the keys, the fp32
+// partials the combine kernel merges (which adds the sinks once).
 #pragma once
 
 #include <cstdint>
@@ -20,12 +21,13 @@ __device__ __forceinline__ void store_tile(ForwardParams const& p, Work const& w
                                            int lane) {
   using Elem = typename T::Elem;
   Elem* o_ptr = static_cast<Elem*>(p.o);
+  bool const split_out = kGeneral && p.num_splits > 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = detail::quad_sum(softmax.row_sum[r]);
     float top = sum > 0.f ? softmax.row_max[r] * c * 0.69314718055994531f : -INFINITY;  // natural log
     float out_scale = 1.f;
-    if (kGeneral && p.sinks != nullptr) {
+    if (kGeneral && p.sinks != nullptr && !split_out) {
       float const sink = p.sinks[w.head];
       float const m = top;
       top = fmaxf(m, sink);
@@ -35,6 +37,23 @@ __device__ __forceinline__ void store_tile(ForwardParams const& p, Work const& w
     float const inv = sum > 0.f ? out_scale / sum : 0.f;
     int64_t const row = row0 + 8 * r;
     if (row >= w.seq.sq) continue;
+    if (split_out) {
+      // [num_splits, rows, heads_q, d] and [num_splits, heads_q, rows] (forward_params.hpp).
+      int64_t const out_row =
+          (p.layout == kLayoutVarlen ? w.seq.q_first : int64_t(w.batch) * p.seqlen_q) + row;
+      int64_t const slot = int64_t(w.split) * p.partial_rows + out_row;
+      float* dst = p.o_partial + (slot * p.heads_q + w.head) * T::kD + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < T::kD / 8; ++j) {
+        *reinterpret_cast<float2*>(dst + 8 * j) =
+            make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      }
+      if (lane % 4 == 0) {
+        p.lse_partial[(int64_t(w.split) * p.heads_q + w.head) * p.partial_rows + out_row] =
+            sum > 0.f ? top + logf(sum) : -INFINITY;
+      }
+      continue;
+    }
     Elem* out = o_ptr + w.batch * p.o_batch_stride + (w.seq.q_first + row) * p.o_seq_stride +
                 w.head * p.o_head_stride;
 #pragma unroll

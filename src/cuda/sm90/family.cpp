@@ -1,7 +1,6 @@
 // The sm90 family's rules (sm_90a): what its TMA-fed kernels do not run, and its persistent grid.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 #include <string>
 
 #include "cuda/device.hpp"
@@ -13,21 +12,14 @@ namespace fa::cuda::sm90 {
 namespace {
 
 // It reads every tensor through TMA maps (tensor_map.hpp), a paged cache's in boxes of
-// gcd(B_c, page_size) rows, and keeps raw scores with the scale folded into exp2 (softmax.cuh).
-std::string cannot_run(KernelConfig const& k, Problem const& p) {
+// gcd(B_c, page_size) rows or, for small pages, gathered by its producer warpgroup
+// (mainloop_load.cuh), and keeps raw scores with the scale folded into exp2 (softmax.cuh).
+std::string cannot_run(KernelConfig const&, Problem const& p) {
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
-  if (p.layout == Layout::kPagedKv) {
-    // A box must start on a 1024-byte boundary of the swizzled stage (8 rows of 128 bytes) and
-    // lie within one page; at most one box per lane of the loading warp (B_c / 8 <= 32).
-    int64_t const box = std::gcd(int64_t(k.B_c), p.page_size);
-    if (box % 8 != 0) {
-      return "the sm90 family reads a paged cache in boxes of gcd(B_c, page_size) rows, a "
-             "multiple of 8; page_size = " + std::to_string(p.page_size) + " with B_c = " +
-             std::to_string(k.B_c) + " gives " + std::to_string(box);
-    }
-    if (p.num_pages >= (int64_t(1) << 31) - 1) return "num_pages of 2^31 - 1 or more (TMA's limit)";
+  // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
+  if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {
+    return "num_pages of 2^31 - 1 or more (TMA's limit)";
   }
-  if (p.num_splits > 1) return "the sm90 family does not split the keys (num_splits > 1)";
   // A TMA map's strides must stay below 2^40 bytes.
   for (int64_t stride : {p.q.batch, p.q.seq, p.q.head, p.k.batch, p.k.seq, p.k.head, p.v.batch,
                          p.v.seq, p.v.head}) {
@@ -40,17 +32,23 @@ bool pack_gqa(KernelConfig const&, Problem const&) { return false; }
 
 int decode_rank(KernelConfig const&, Problem const&) { return 0; }
 
-Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p, bool) {
+Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
+                  bool allow_split) {
   KernelConfig const& k = kernel.config;
   Schedule s;
-  s.blocks = unsplit_blocks(k.B_r, p, false);
-  // A persistent kernel launches one block per SM (one fits per SM), each walking tiles.
-  if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, std::max(device.sm_count, 1));
+  int64_t const base = unsplit_blocks(k.B_r, p, false);
+  // One block fits per SM (the tile's shared memory and 384-512 threads).
+  int64_t const sms = std::max(device.sm_count, 1);
+  s.num_splits = choose_splits(p, base, sms, k.B_c, allow_split);
+  s.blocks = base * s.num_splits;
+  // A persistent kernel launches one block per SM, each walking tiles.
+  if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, sms);
   // Its producer reads pages at run time in either instantiation: a paged cache alone does not
-  // need the general one (as the mma.sync family's does).
+  // need the general one (as the mma.sync family's does). Splits do (the partials' epilogue).
   Problem dense_cache = p;
   if (dense_cache.layout == Layout::kPagedKv) dense_cache.layout = Layout::kKvCache;
-  s.general = needs_general(dense_cache, false, 1);
+  s.general = needs_general(dense_cache, false, s.num_splits);
+  if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
   return s;
 }
 

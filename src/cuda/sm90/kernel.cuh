@@ -29,14 +29,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   Smem<T> const sm(smem_raw);
   TileScheduler<T> const sched(p);
   int const tid = threadIdx.x;
-  if (tid == 0) sm.init_barriers();
+  if (tid == 0) sm.init_barriers(params.kv_gather ? 128 : 1);
   __syncthreads();
 
   if (tid < 128) {
-    // Producer warpgroup: one warp issues every copy (mainloop_load.cuh); the others only give
-    // registers back.
+    // Producer warpgroup: one warp issues the TMA copies, the whole warpgroup gathers a paged
+    // cache's rows (mainloop_load.cuh).
     regs_dealloc<T::kProducerRegs>();
-    if (tid < 32) load_tiles<T>(params, sm, sched, tid);
+    load_tiles<T>(params, sm, sched, tid);
     return;
   }
 

@@ -64,6 +64,11 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   int64_t const k_batch = varlen ? 1 : paged ? p.num_pages : p.batch;
   int64_t const heads_kv = p.heads_q / p.q_heads_per_kv;
   params.kv_box_rows = paged ? std::gcd(C.B_c, p.page_size) : C.B_c;
+  // Boxes of 16 rows (pages of 16 at B_c = 128: 16 TMA copies per K block at d = 128) ran
+  // chunked prefill at 0.78-0.82x the contiguous cache's speed on an H100, boxes of 64 at
+  // 0.97-1.01x; gathering the rows instead ran at 0.45x on an H200 (docs/performance.md), so
+  // only boxes that cannot start on a swizzle atom (not a multiple of 8 rows) are gathered.
+  params.kv_gather = paged && params.kv_box_rows % 8 != 0 ? 1 : 0;
   for (cudaError_t e :
        {encode_tile_map(&params.q_map, C.dtype, p.q, C.d_head, q_rows, p.heads_q, q_batch,
                         p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr),

@@ -68,6 +68,13 @@ __device__ __forceinline__ void tma_load_4d(void* dst, CUtensorMap const* map, u
       : "memory");
 }
 
+// Orders this thread's generic-proxy writes to shared memory (st.shared, cp.async) before later
+// async-proxy reads of it (wgmma operands, TMA): a thread that fills a tile for wgmma runs it
+// after its writes complete and before it signals the tile's barrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // ---- wgmma --------------------------------------------------------------------------------
 
 // A shared-memory matrix descriptor for a 128-byte-swizzled operand (the layout TMA's

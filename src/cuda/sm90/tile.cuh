@@ -23,9 +23,13 @@ struct Params {
   CUtensorMap k_map;  // 4-D {head_dim, seqlen_k, heads_kv, batch}, box {64, B_c, 1, 1}
   CUtensorMap v_map;
   ForwardParams p;
-  // Rows of a K/V box: B_c, or for a paged cache gcd(B_c, page_size), a multiple of 8, with the
-  // maps spanning the page pool {head_dim, page_size, heads_kv, num_pages} (mainloop_load.cuh).
+  // Rows of a K/V box: B_c, or for a paged cache gcd(B_c, page_size), with the maps spanning
+  // the page pool {head_dim, page_size, heads_kv, num_pages} (mainloop_load.cuh).
   int32_t kv_box_rows;
+  // 1: a paged cache whose boxes would not be a multiple of 8 rows is gathered row by row with
+  // cp.async by the whole producer warpgroup instead (mainloop_load.cuh), and the K/V "full"
+  // barriers count its 128 threads' arrivals.
+  int32_t kv_gather;
   // Tile order: the (batch, head) pairs are walked in groups of `head_group`, and within a group
   // query blocks go from the last (the heaviest under a causal mask) to the first, every pair of
   // the group at one block before the next block. A group's K and V stay in L2 while its tiles
@@ -102,13 +106,14 @@ struct Smem {
   }
 
   // By one thread, before the block's first barrier: a "full" barrier completes on the
-  // producer's arrival and its bytes, an "empty" one on an arrival per consumer warp.
-  __device__ __forceinline__ void init_barriers() const {
+  // producer's arrival and its bytes (TMA), or on kv_arrivals producer threads' arrivals after
+  // their copies (gathered K and V); an "empty" one on an arrival per consumer warp.
+  __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals) const {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(&k_full[s], 1);
-      mbar_init(&v_full[s], 1);
+      mbar_init(&k_full[s], kv_arrivals);
+      mbar_init(&v_full[s], kv_arrivals);
       mbar_init(&k_empty[s], 4 * T::kConsumers);
       mbar_init(&v_empty[s], 4 * T::kConsumers);
     }

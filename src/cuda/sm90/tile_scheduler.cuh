@@ -14,9 +14,11 @@ namespace fa::cuda::sm90 {
 // One query tile's work: its coordinates, its sequence (lengths, and first rows in a varlen
 // batch, whose tensor maps span the packed rows with a batch extent of 1), and the key blocks it
 // sees, [n_begin, n_begin + n_blocks), from the first key its first row sees to the last key its
-// last row sees (walked last to first). A tile past its sequence's queries sees none.
+// last row sees (walked last to first); with split-KV, split `split`'s equal share of them. A
+// tile past its sequence's queries sees none.
 struct Work {
   int m_block, head, batch, n_begin, n_blocks;
+  int split;
   int map_batch;  // the tensor maps' batch coordinate
   SequenceView seq;
 };
@@ -24,6 +26,10 @@ struct Work {
 template <class T>
 __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   ForwardParams const& p = params.p;
+  // A query tile's splits are adjacent in the order: they read disjoint key blocks of one head.
+  Work w;
+  w.split = int(tile % p.num_splits);
+  tile /= p.num_splits;
   int64_t const pairs = int64_t(p.heads_q) * p.batch;
   int64_t const group_tiles = params.head_group * p.n_q_blocks;
   int64_t const group = tile / group_tiles;
@@ -31,7 +37,6 @@ __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   int64_t const size = min(params.head_group, pairs - first_pair);
   int64_t const within = tile - group * group_tiles;
   int64_t const pair = first_pair + within % size;
-  Work w;
   w.m_block = p.n_q_blocks - 1 - int(within / size);
   w.head = int(pair % p.heads_q);
   w.batch = int(pair / p.heads_q);
@@ -46,6 +51,12 @@ __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   w.n_blocks = first_row >= sq || key_end <= key_begin
                    ? 0
                    : int((key_end + T::kBc - 1) / T::kBc) - w.n_begin;
+  if (p.num_splits > 1) {
+    int const per_split = (w.n_blocks + p.num_splits - 1) / p.num_splits;
+    int const skip = min(w.n_blocks, w.split * per_split);
+    w.n_begin += skip;
+    w.n_blocks = min(w.n_blocks - skip, per_split);
+  }
   return w;
 }
 
@@ -61,7 +72,7 @@ struct TileScheduler {
   int64_t rounds;
 
   __device__ __forceinline__ explicit TileScheduler(ForwardParams const& p)
-      : n_tiles(int64_t(p.n_q_blocks) * p.heads_q * p.batch),
+      : n_tiles(int64_t(p.n_q_blocks) * p.heads_q * p.batch * p.num_splits),
         grid(gridDim.x),
         rounds(T::kPersistent ? (n_tiles + grid - 1) / grid : 1) {}
 

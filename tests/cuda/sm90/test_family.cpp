@@ -2,6 +2,8 @@
 // persistent grid.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "cuda/family_cases.hpp"
@@ -10,7 +12,7 @@
 namespace fa::cuda {
 
 TEST_SUITE("family") {
-  TEST_CASE("sm90: pages of boxes under 8 rows, forced splits and strides past TMA's reach are refused") {
+  TEST_CASE("sm90: paged caches of any page size and splits run; strides past TMA's reach are refused") {
     KernelFamily const& f = sm90::kFamily;
     KernelConfig const k = test::sm90_kernel(128, true);
     Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
@@ -20,28 +22,20 @@ TEST_SUITE("family") {
     p.sinks = true;
     CHECK(f.cannot_run(k, p).empty());
 
-    // A paged cache is read in boxes of gcd(B_c, page_size) rows, which must be a multiple of 8.
+    // A paged cache of any page size: TMA boxes of gcd(B_c, page_size) rows, or gathered rows.
     Problem paged = p;
     paged.layout = Layout::kPagedKv;
     paged.max_pages_per_seq = 1000;
     paged.num_pages = 2000;
-    for (int64_t page : {8, 16, 48, 64, 128, 256, 1024}) {
+    for (int64_t page : {1, 3, 8, 12, 16, 48, 64, 100, 128, 256, 1024}) {
       paged.page_size = page;
       CHECK_MESSAGE(f.cannot_run(k, paged).empty(), "page_size ", page);
     }
-    for (int64_t page : {1, 3, 4, 12, 100}) {
-      paged.page_size = page;
-      CHECK(f.cannot_run(k, paged).find("page_size = " + std::to_string(page) + " with B_c = 128") !=
-            std::string::npos);
-    }
-    paged.page_size = 64;
-    CHECK(f.cannot_run(test::sm90_kernel(80, true, 256), paged).empty());  // boxes of 16
-    paged.page_size = 40;
-    CHECK(f.cannot_run(test::sm90_kernel(80, true, 256), paged).empty());  // boxes of 40
-    CHECK(f.cannot_run(k, paged).empty());  // boxes of gcd(128, 40) = 8
+    paged.num_pages = (int64_t(1) << 31) - 1;
+    CHECK(f.cannot_run(k, paged).find("num_pages") != std::string::npos);
     Problem split = p;
     split.num_splits = 2;
-    CHECK(f.cannot_run(k, split).find("split") != std::string::npos);
+    CHECK(f.cannot_run(k, split).empty());
     Problem strided = p;
     strided.k.batch = int64_t(1) << 39;
     CHECK(f.cannot_run(k, strided).find("2^39") != std::string::npos);
@@ -65,7 +59,9 @@ TEST_SUITE("family") {
     CHECK_FALSE(s.general);
     CHECK(f.schedule(device, plain, p, true).blocks == 1024);
     // Fewer tiles than SMs: one block per tile.
-    CHECK(f.schedule(device, persistent, test::dense_problem(1, 128, 4096, 8, 8), true).blocks == 8);
+    CHECK(f.schedule(device, persistent, test::dense_problem(1, 128, 4096, 8, 8), false).blocks == 8);
+    // Allowed to split, those 8 tiles take 8 splits of their 32 key blocks each: 64 blocks.
+    CHECK(f.schedule(device, persistent, test::dense_problem(1, 128, 4096, 8, 8), true).blocks == 64);
 
     Problem biased = p;
     biased.alibi = Alibi::kPerHead;
@@ -74,6 +70,17 @@ TEST_SUITE("family") {
     paged.layout = Layout::kPagedKv;
     paged.page_size = 64;
     CHECK_FALSE(f.schedule(device, persistent, paged, true).general);
+    // Decode leaves SMs idle unsplit (32 heads x 1 query block): the keys split to fill them,
+    // with a workspace and the general instantiation (the partials' epilogue).
+    Problem decode = test::dense_problem(1, 1, 8192, 32, 8);
+    Schedule const d = f.schedule(device, persistent, decode, true);
+    CHECK(d.num_splits > 1);
+    CHECK(d.general);
+    CHECK(d.workspace_bytes == split_workspace_bytes(decode, d.num_splits));
+    CHECK(d.blocks == std::min<int64_t>(32 * d.num_splits, 132));
+    CHECK(f.schedule(device, persistent, decode, false).num_splits == 1);
+    decode.num_splits = 5;
+    CHECK(f.schedule(device, persistent, decode, false).num_splits == 5);
     ForwardParams const params = f.params(persistent.config, p, s);
     CHECK(params.n_q_blocks == 16);
     CHECK(params.pack_gqa == 0);
