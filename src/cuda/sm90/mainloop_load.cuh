@@ -78,18 +78,27 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   };
   // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
   // from the pages in `pg` and `rw` (the lanes' look-ups of block n).
+  // This thread's row at pass i is r0 + i * kRowsPerPass, so its destination advances by a
+  // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out, the
+  // compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes and
+  // spilling them to local memory under the producer's 24 registers (ptxas did, 152 bytes: one
+  // local load per pass in the loop).
+  int const r0 = warp * kWarpRows + sub;
+  uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
+                               (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
   auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
                     int const(&pg)[kSlots], int const(&rw)[kSlots]) {
+    dst += uint32_t(r0) * 128;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      int const idx = i * kWarpRows + sub;  // the warp's row index; slot idx / 32 is constant
-      int const from = idx % 32;
+      // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
+      // slot (i * kWarpRows) / 32: both constant but for sub.
+      int const from = (i * kWarpRows) % 32 + sub;
       int const pass_page = __shfl_sync(0xffffffffu, pg[(i * kWarpRows) / 32], from);
       int const pass_row = __shfl_sync(0xffffffffu, rw[(i * kWarpRows) / 32], from);
-      int const r = warp * kWarpRows + sub + i * kRowsPerPass;
       bool const valid = pass_page >= 0;
       Elem const* src = valid ? base + pass_page * page_stride + pass_row * row_stride : base;
-      uint32_t const at = uint32_t(r) * 128 + ((unit ^ uint32_t(r & 7)) << 4);
+      uint32_t const at = uint32_t(i * kRowsPerPass * 128) + swizzle[(i * kRowsPerPass / 4) & 1];
       ptx::cp_async_16_zfill(dst + at, src, valid);
     }
     ptx::cp_async_commit();
