@@ -515,7 +515,9 @@ FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const vo
  *  same config), and otherwise run unsplit; a forced num_splits > 1 without that workspace fails
  *  with FA_STATUS_WORKSPACE_TOO_SMALL.
  *  @return as fa_forward(); FA_STATUS_INVALID_ARGUMENT also when a pointer the config needs
- *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, and on a
+ *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, when a
+ *          q_descale, k_descale or v_descale is given for a tensor that is not FA_DTYPE_E4M3
+ *          (since 0.3.0), and on a
  *          CPU context when an index tensor's contents are malformed (offsets that decrease or
  *          leave [0, total], lengths outside [0, seqlen], a page index outside
  *          [0, num_pages)): the message names the entry. GPU kernels cannot report such

@@ -412,7 +412,7 @@ fa_status checked_extents(Problem const& p, Extents* out) {
             extent(p.k, k_outer, k_seq, p.heads_kv, d),
             extent(p.v, k_outer, k_seq, p.heads_kv, dv),
             extent(p.o, q_outer, q_seq, p.heads_q, dv),
-            0, 0, 0, 0, 0, 0, 1};
+            0, 0, 0, 0, 0, 0, 0};
   struct Tensor {
     char const* name;
     int64_t extent;
@@ -451,9 +451,7 @@ fa_status checked_extents(Problem const& p, Extents* out) {
                         p.batch, p.heads_q, &e.alibi_slopes},
                   Array{"alibi_slopes (heads_q entries)", p.alibi == Alibi::kPerHead,
                         p.heads_q, 1, &e.alibi_slopes},
-                  Array{"sinks (heads_q entries)", p.sinks, p.heads_q, 1, &e.sinks},
-                  Array{"q_descale, k_descale and v_descale (batch x heads_kv entries)",
-                        p.descale_per_head, p.batch, p.heads_kv, &e.descales}}) {
+                  Array{"sinks (heads_q entries)", p.sinks, p.heads_q, 1, &e.sinks}}) {
     if (a.used && !bounded_count({a.rows, a.per_row}, a.count)) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
                   "fa_config: %s would exceed 2^60 entries (batch = %lld, heads_q = %lld, "
@@ -462,6 +460,8 @@ fa_status checked_extents(Problem const& p, Extents* out) {
                   static_cast<long long>(p.max_pages_per_seq));
     }
   }
+  // Per (batch, K/V head) descales: batch x heads_kv <= batch x heads_q, within the LSE's bound.
+  e.descales = p.descale_per_head ? p.batch * p.heads_kv : 1;
   *out = e;
   return FA_STATUS_SUCCESS;
 }
