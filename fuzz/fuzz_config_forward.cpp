@@ -69,6 +69,12 @@
 //                 (batch x max_pages_per_seq), alibi_slopes (heads_q or batch x heads_q), sinks
 //   u8 head_dim_v < 0xF0: that value (0: head_dim); 0xFF: an i64 follows; else the raw value
 //                 - 0xF8 (appended with the field: inputs without it keep head_dim_v = 0)
+//   u8 fp8        (appended with the FP8 fields: inputs without it keep them 0; dtype's raw
+//                 value 0xFC is FA_DTYPE_E4M3) bits 0-2: kv_dtype (raw 0-7); bits 3-5:
+//                 out_dtype (raw 0-7); bit 6: descale = FA_DESCALE_PER_HEAD_KV; bit 7:
+//                 descales follow for the e4m3 tensors (q; k and v), each 1 or batch x heads_kv
+//                 u8 / 255 (in [0, 1], so o stays a convex combination of v's rows scaled down)
+//   [descales]
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -161,11 +167,15 @@ void read_strides(Reader& in, int mode, int64_t seq, int64_t heads, int64_t head
   }
 }
 
-// A random element of magnitude below 2, finite: fp16 and bf16 patterns with a biased exponent
-// below the one of 2.0 (15 and 127), fp32 from the bf16 pattern.
+// A random element of magnitude below 2, finite: fp16, bf16 and e4m3 patterns with a biased
+// exponent below the one of 2.0 (15, 127 and 8), fp32 from the bf16 pattern.
 void fill_inputs(int dtype, unsigned char* buf, int64_t n, std::mt19937_64& rng) {
   for (int64_t i = 0; i < n; ++i) {
     auto bits = static_cast<uint16_t>(rng());
+    if (dtype == FA_DTYPE_E4M3) {
+      buf[i] = static_cast<unsigned char>((bits & 0x87u) | ((bits >> 3) % 8u) << 3);
+      continue;
+    }
     if (dtype == FA_DTYPE_FP16) {
       bits = static_cast<uint16_t>((bits & 0x83FFu) | ((bits >> 10) % 15u) << 10);
     } else {
@@ -186,6 +196,10 @@ void fill_inputs(int dtype, unsigned char* buf, int64_t n, std::mt19937_64& rng)
 // 0x7FFFFFFF once came out as exactly the quiet poison 0x7FFFFFFF, and 0x7FFF in bf16).
 constexpr uint32_t kPoison32 = 0x7FBFFFFF;
 constexpr uint16_t poison16(int dtype) { return dtype == FA_DTYPE_FP16 ? 0x7DFF : 0x7FBF; }
+
+size_t element_bytes(int dtype) {
+  return dtype == FA_DTYPE_FP32 ? 4 : dtype == FA_DTYPE_E4M3 ? 1 : 2;
+}
 
 double element(int dtype, unsigned char const* buf, int64_t i, bool* poisoned) {
   if (dtype == FA_DTYPE_FP32) {
@@ -221,6 +235,7 @@ fa_context_t* cpu_context() {
 struct RunInputs {
   std::unique_ptr<int32_t[]> cu_q, cu_k, cache, table;
   std::unique_ptr<float[]> slopes, sinks;
+  std::unique_ptr<float[]> q_descale, k_descale, v_descale;
   int args_mode = 0;     // 0: as needed; 1: args = NULL; 2: struct_size short; 3: one NULL
   int null_pick = 0;     // mode 3: which needed pointer is NULL
   bool raw_floats = false;
@@ -304,7 +319,11 @@ fa_run_args const* make_args(RunInputs const& r, fa_config const& e, fa_run_args
   args->block_table = r.table.get();
   args->alibi_slopes = r.slopes.get();
   args->sinks = r.sinks.get();
-  if (r.args_mode == 2) args->struct_size -= 8;
+  args->q_descale = r.q_descale.get();
+  args->k_descale = r.k_descale.get();
+  args->v_descale = r.v_descale.get();
+  // Shorter than the oldest fa_run_args the library takes (it ended with workspace_size).
+  if (r.args_mode == 2) args->struct_size = offsetof(fa_run_args, q_descale) - 8;
   if (r.args_mode == 3) {
     // The pointers the effective config needs, in fa_run_args' order.
     std::vector<void const**> needed;
@@ -329,7 +348,9 @@ enum class Expect { kSuccess, kInvalid, kEither, kBadStructSize };
 
 // What fa_forward_ex must answer for a valid config `e` and these run arguments, per the manual.
 Expect expected_status(fa_config const& e, RunInputs const& r, fa_run_args const* args) {
-  if (args != nullptr && args->struct_size < sizeof(fa_run_args)) return Expect::kBadStructSize;
+  if (args != nullptr && args->struct_size < offsetof(fa_run_args, q_descale)) {
+    return Expect::kBadStructSize;
+  }
   bool const varlen = e.layout == FA_LAYOUT_VARLEN, paged = e.layout == FA_LAYOUT_PAGED_KV;
   bool const cache = e.layout == FA_LAYOUT_KV_CACHE || paged;
   fa_run_args none;
@@ -339,6 +360,14 @@ Expect expected_status(fa_config const& e, RunInputs const& r, fa_run_args const
       (cache && a.cache_seqlens == nullptr) || (paged && a.block_table == nullptr) ||
       (e.alibi != FA_ALIBI_NONE && a.alibi_slopes == nullptr) ||
       (e.sinks && a.sinks == nullptr)) {
+    return Expect::kInvalid;
+  }
+  // Descales are read as the fuzzer's config asked; a struct cut before the FP8 fields makes
+  // every tensor 16-bit or fp32 again, and a descale of such a tensor is refused.
+  bool const q_fp8 = e.dtype == FA_DTYPE_E4M3;
+  bool const kv_fp8 = (e.kv_dtype != 0 ? e.kv_dtype : e.dtype) == FA_DTYPE_E4M3;
+  if ((a.q_descale != nullptr && !q_fp8) ||
+      ((a.k_descale != nullptr || a.v_descale != nullptr) && !kv_fp8)) {
     return Expect::kInvalid;
   }
   if (varlen) {
@@ -421,19 +450,24 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
     return trace("too much work", 0);
   }
 
-  size_t const bytes = e.dtype == FA_DTYPE_FP32 ? 4 : 2;
-  Buffer q = allocate(ext_q, bytes), k = allocate(ext_k, bytes), v = allocate(ext_v, bytes);
-  Buffer o = allocate(ext_o, bytes);
+  // The element types as fa_config resolves them: k and v kv_dtype (0: dtype), o out_dtype for
+  // e4m3 queries (0: bf16), else dtype.
+  int const kv_type = e.kv_dtype != 0 ? e.kv_dtype : e.dtype;
+  int const o_type = e.dtype != FA_DTYPE_E4M3 ? e.dtype
+                     : e.out_dtype != 0       ? e.out_dtype
+                                              : FA_DTYPE_BF16;
+  Buffer q = allocate(ext_q, element_bytes(e.dtype)), k = allocate(ext_k, element_bytes(kv_type));
+  Buffer v = allocate(ext_v, element_bytes(kv_type)), o = allocate(ext_o, element_bytes(o_type));
   std::unique_ptr<float[]> lse(with_lse ? new float[static_cast<size_t>(ext_lse)] : nullptr);
   std::mt19937_64 rng(seed);
   fill_inputs(e.dtype, q.get(), ext_q, rng);
-  fill_inputs(e.dtype, k.get(), ext_k, rng);
-  fill_inputs(e.dtype, v.get(), ext_v, rng);
+  fill_inputs(kv_type, k.get(), ext_k, rng);
+  fill_inputs(kv_type, v.get(), ext_v, rng);
   for (int64_t i = 0; i < ext_o; ++i) {
-    if (bytes == 4) {
+    if (o_type == FA_DTYPE_FP32) {
       std::memcpy(o.get() + 4 * i, &kPoison32, 4);
     } else {
-      uint16_t const poison = poison16(e.dtype);
+      uint16_t const poison = poison16(o_type);
       std::memcpy(o.get() + 2 * i, &poison, 2);
     }
   }
@@ -457,7 +491,7 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
     if (fa_last_error_detail()[0] == '\0') finding("a refused run without a detail message");
     for (int64_t i = 0; i < ext_o; ++i) {
       bool poisoned = false;
-      element(e.dtype, o.get(), i, &poisoned);
+      element(o_type, o.get(), i, &poisoned);
       if (!poisoned) finding("a refused run wrote o");
     }
     for (int64_t i = 0; with_lse && i < ext_lse; ++i) {
@@ -501,7 +535,7 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
           int64_t const at = row + h * oh + d;
           in_view[static_cast<size_t>(at)] = true;
           bool poisoned = false;
-          double const x = element(e.dtype, o.get(), at, &poisoned);
+          double const x = element(o_type, o.get(), at, &poisoned);
           if (poisoned) finding("an element of o was not written");
           if (bounded && !(std::fabs(x) < 2.0)) finding("o is not finite and within (-2, 2)");
           if (visible == 0 && x != 0.0 && !r.raw_floats) finding("a row that sees no key has o != 0");
@@ -520,7 +554,7 @@ void run_and_check(fa_config const& e, fa_config const* cfg, bool with_lse, uint
   }
   for (int64_t i = 0; i < ext_o; ++i) {
     bool poisoned = false;
-    element(e.dtype, o.get(), i, &poisoned);
+    element(o_type, o.get(), i, &poisoned);
     if (!in_view[static_cast<size_t>(i)] && !poisoned) finding("a write outside o's view");
   }
 }
@@ -642,6 +676,30 @@ extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
   }
   uint8_t const dim_v = in.u8();
   c.head_dim_v = dim_v == 0xFF ? in.i64() : dim_v < 0xF0 ? int64_t{dim_v} : int64_t{dim_v} - 0xF8;
+  uint8_t const fp8 = in.u8();
+  c.kv_dtype = fp8 & 7;
+  c.out_dtype = (fp8 >> 3) & 7;
+  c.descale = (fp8 & 64) ? FA_DESCALE_PER_HEAD_KV : FA_DESCALE_PER_TENSOR;
+  if (fp8 & 128) {
+    // Only for the e4m3 tensors: a descale of another is refused, which the args modes cover.
+    int64_t n = 1;
+    if (c.descale == FA_DESCALE_PER_HEAD_KV && __builtin_mul_overflow(c.batch, c.heads_kv, &n)) {
+      n = -1;
+    }
+    auto factors = [&](std::unique_ptr<float[]>* out) {
+      if (n < 1 || n > kMaxEntries) {
+        run.complete = false;
+        return;
+      }
+      out->reset(new float[static_cast<size_t>(n)]);
+      for (int64_t i = 0; i < n; ++i) (*out)[i] = in.u8() / 255.0f;
+    };
+    if (c.dtype == FA_DTYPE_E4M3) factors(&run.q_descale);
+    if (c.kv_dtype == FA_DTYPE_E4M3 || (c.kv_dtype == 0 && c.dtype == FA_DTYPE_E4M3)) {
+      factors(&run.k_descale);
+      factors(&run.v_descale);
+    }
+  }
 
   // The config as the library is to see it: a shorter struct in a buffer of exactly its size
   // (its missing fields count as 0), a larger one with its extra bytes.

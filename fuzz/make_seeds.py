@@ -11,7 +11,8 @@
                    K/V broadcast over the batch, GQA, causal with rows that see no key, a larger
                    struct), of each 0.3 layout (varlen, KV cache, paged KV cache) and feature
                    (sliding window, softcap, ALiBi per head and per batch, sinks, num_splits, a
-                   0.2-sized struct, head_dim_v), one of each kind of refusal, the paged and
+                   0.2-sized struct, head_dim_v, FP8 types and descales), one of each kind of
+                   refusal, the paged and
                    varlen index
                    paths at the validation bounds and the int32/int64 limits, and the
                    regressions the fuzzer (or a probe) found;
@@ -87,6 +88,7 @@ def tuning_files(kernels):
 
 
 FP16, BF16, FP32 = 0, 1, 2  # the dtype byte's value % 3
+E4M3 = 0xFC  # a raw dtype byte: 0xFC - 0xF8 = FA_DTYPE_E4M3
 
 
 def config(dtype, causal, lse, sizes, layouts=0, strides=b"", scale=0, struct_size=None,
@@ -251,6 +253,31 @@ def inference_configs():
 
 
 
+def fp8_configs():
+    """FP8 (issue 19): the fp8 byte and descales follow the head_dim_v byte (0: head_dim)."""
+    def fp8(kv=0, out=0, per_head=False, descales=None):
+        tail = bytes([0, kv | out << 3 | (64 if per_head else 0) | (128 if descales else 0)])
+        return tail + bytes(descales or [])
+    sizes = [2, 5, 9, 2, 2, 16]  # batch, seqlen_q, seqlen_k, heads_kv, group, head_dim
+    write("config_forward", "fp8_e4m3_causal_descales",
+          config(E4M3, 1, True, sizes, ext=ext() + fp8(descales=[200, 100, 255])))
+    write("config_forward", "fp8_e4m3_out_fp16",
+          config(E4M3, 0, True, sizes, ext=ext(sinks=1, contents=bytes([3, 250, 128, 60]))
+                 + fp8(out=1)))
+    # bf16 queries against an e4m3 paged cache of 1-row pages, per-(batch, K/V head) descales
+    # for k and v (2 x 2 each).
+    write("config_forward", "fp8_bf16_paged_cache_per_head",
+          config(BF16, 1, True, [2, 1, 4, 2, 2, 16],
+                 ext=ext(layout=PAGED_KV, fields=(9, 1, 4), contents=bytes([4, 3, 0, 1, 2, 3, 4, 5, 6, 7]))
+                 + fp8(kv=4, per_head=True, descales=[10, 80, 160, 255, 255, 128, 64, 1])))
+    write("config_forward", "bad_fp8_e4m3_q_bf16_cache",
+          config(E4M3, 0, False, [1, 1, 1, 1, 1, 8], ext=ext() + fp8(kv=2)))
+    write("config_forward", "bad_fp8_fp32_e4m3_cache",
+          config(FP32, 0, False, [1, 1, 1, 1, 1, 8], ext=ext() + fp8(kv=4)))
+    write("config_forward", "bad_fp8_out_dtype_bf16_q",
+          config(BF16, 0, False, [1, 1, 1, 1, 1, 8], ext=ext() + fp8(out=2)))
+
+
 def extreme_index_configs():
     """The paged and varlen index paths at the validation bounds and the int32/int64 limits
     (issue 14): sizes as i64, the 0.3 fields as i64."""
@@ -334,6 +361,7 @@ def main():
     tuning_files(kernels)
     configs()
     inference_configs()
+    fp8_configs()
     extreme_index_configs()
     merges()
 

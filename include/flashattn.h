@@ -33,7 +33,8 @@ extern "C" {
  * log-sum-exp of the scaled scores, as float32, laid out contiguously as [batch, heads_q, seqlen_q].
  *
  * Where the work runs is chosen by a context (fa_context_t): one CUDA device, or the CPU. A CPU context
- * runs the same fa_forward() on host buffers (fp16, bf16 and fp32), with fp32 accumulation: it is the
+ * runs the same fa_forward() on host buffers (fp16, bf16, fp32 and, since 0.3.0, FP8 e4m3 inputs),
+ * with fp32 accumulation: it is the
  * reference the GPU kernels are tested against, and it lets programs run where there is no GPU.
  *
  * Two ways to run:
@@ -166,13 +167,36 @@ FA_API const char* fa_last_error_detail(void);
 typedef enum fa_dtype {
   FA_DTYPE_FP16 = 1, /*!< IEEE binary16. GPU and CPU. */
   FA_DTYPE_BF16 = 2, /*!< bfloat16. GPU and CPU. */
-  FA_DTYPE_FP32 = 3  /*!< IEEE binary32. CPU contexts only. */
+  FA_DTYPE_FP32 = 3, /*!< IEEE binary32. CPU contexts only. */
+  /*! FP8 E4M3 ("e4m3fn", as in OCP FP8 and CUDA's __nv_fp8_e4m3): 1 sign, 4 exponent (bias 7)
+   *  and 3 mantissa bits, one byte per element; no infinities, NaN is 0x7f and 0xff, the
+   *  largest magnitude 448, subnormals kept. An input type only: q, k and v may be e4m3
+   *  (see fa_config.kv_dtype), o never is (fa_config.out_dtype). The stored values are
+   *  multiplied by the descale factors of fa_run_args (q_descale, k_descale, v_descale).
+   *  CPU contexts run it; GPU kernels: not yet (FA_STATUS_UNSUPPORTED, a pinned kernel
+   *  FA_STATUS_KERNEL_NOT_AVAILABLE, the message naming the dtype). Not a fa_merge_config
+   *  or fa_kernel_config dtype. Since 0.3.0. */
+  FA_DTYPE_E4M3 = 4
 } fa_dtype;
+
+/*! fa_descale : how many descale factors fa_run_args' q_descale, k_descale and v_descale
+ *  hold. Values pinned. Since 0.3.0. */
+typedef enum fa_descale {
+  FA_DESCALE_PER_TENSOR = 0,   /*!< One float32 per tensor. */
+  /*! batch x heads_kv float32 (row-major) per tensor, as FlashAttention 3's q/k/v_descale of
+   *  shape (batch, heads_kv): entry [b][g] scales sequence b's K/V head g and every query
+   *  head that reads it (query head h uses g = h / (heads_q / heads_kv)). In
+   *  FA_LAYOUT_PAGED_KV, b is the sequence, not the page. */
+  FA_DESCALE_PER_HEAD_KV = 1
+} fa_descale;
 
 /*! fa_config : one attention problem.
  *
  *  Fill it with fa_config_init() first, then set the fields. Fields are only ever appended; the library
  *  reads struct_size to know which fields the caller's version has.
+ *
+ *  Element types: q has dtype, k and v kv_dtype (dtype unless set), o dtype, or out_dtype when
+ *  dtype is FA_DTYPE_E4M3 (since 0.3.0; see the fields). Sizes in bytes follow each tensor's type.
  *
  *  Shapes: q is [batch, seqlen_q, heads_q, head_dim]; k is [batch, seqlen_k, heads_kv, head_dim];
  *  v is [batch, seqlen_k, heads_kv, head_dim_v]; o is [batch, seqlen_q, heads_q, head_dim_v]; the
@@ -188,14 +212,15 @@ typedef enum fa_dtype {
  *  arrays of fa_run_args or each other. These checks compare address ranges [base, base + extent),
  *  so they are conservative: two interleaved tensors that share no element are refused too, and a
  *  stride order the check cannot prove free of shared elements is refused.
- *  Every pointer is aligned to its elements (2 or 4 bytes; the run-time arrays and lse 4), else
+ *  Every pointer is aligned to its elements (1, 2 or 4 bytes; the run-time arrays and lse 4), else
  *  FA_STATUS_INVALID_ARGUMENT; GPUs ask for 16 bytes (see fa_forward()).
  *  Values: a non-finite value in a K or V row that a row's mask hides may still reach that row's
  *  output when the row shares a computed key block with rows that see it (0 * inf is NaN), as in
  *  other FlashAttention implementations; keep masked cache rows finite. */
 typedef struct fa_config {
   size_t struct_size;   /*!< sizeof(fa_config) of the caller's header; set by fa_config_init(). */
-  int32_t dtype;        /*!< fa_dtype of q, k, v and o. Default FA_DTYPE_BF16. */
+  int32_t dtype;        /*!< fa_dtype of q (and of k, v and o unless kv_dtype / out_dtype say
+                             otherwise). Default FA_DTYPE_BF16. */
   int32_t causal;       /*!< 0 or 1. 1 masks key j for query i when j > i + seqlen_k - seqlen_q
                              (bottom-right aligned, as FlashAttention 2.1+). A query row with no visible
                              key gets output 0 and LSE -inf. Default 0. */
@@ -268,6 +293,24 @@ typedef struct fa_config {
                              refuse any other value with FA_STATUS_UNSUPPORTED (a pinned kernel
                              with FA_STATUS_KERNEL_NOT_AVAILABLE) and a message naming it.
                              Columns of o past head_dim_v are never written. */
+
+  /* ---- Since 0.3.0, appended after head_dim_v (FP8). A caller whose struct_size ends before
+   *      them (built against 0.2, or against a 0.3 header without them) reads them as 0. ---- */
+  int32_t kv_dtype;     /*!< fa_dtype of k and v when it differs from dtype's. 0 (the default)
+                             means dtype. Allowed: kv_dtype = dtype, and FA_DTYPE_E4M3 with
+                             dtype FA_DTYPE_FP16 or FA_DTYPE_BF16 (queries of 16 bits against
+                             an e4m3 cache; o then has dtype's type). FA_DTYPE_E4M3 queries
+                             need an e4m3 cache, FA_DTYPE_FP32 queries an fp32 one: any other
+                             pair is FA_STATUS_INVALID_ARGUMENT naming both values. */
+  int32_t out_dtype;    /*!< fa_dtype of o when dtype is FA_DTYPE_E4M3: FA_DTYPE_BF16 or
+                             FA_DTYPE_FP16; 0 (the default) means FA_DTYPE_BF16. With any
+                             other dtype o has dtype's type and out_dtype must be 0
+                             (FA_STATUS_INVALID_ARGUMENT naming the value otherwise). */
+  int32_t descale;      /*!< fa_descale: the granularity of fa_run_args' q_descale, k_descale
+                             and v_descale. Default FA_DESCALE_PER_TENSOR. Must be 0 unless
+                             q or k and v are FA_DTYPE_E4M3. */
+  int32_t reserved1;    /*!< Must be 0 (keeps sizeof(fa_config) a multiple of 8 with no tail
+                             padding). */
 } fa_config;
 
 /*! fa_layout : how a batch of sequences is laid out. Values pinned. Since 0.3.0. */
@@ -321,6 +364,26 @@ typedef struct fa_run_args {
   void* workspace;               /*!< Device scratch memory for split-KV, or NULL; 16-byte
                                       aligned (else FA_STATUS_UNSUPPORTED when a split uses it). */
   size_t workspace_size;         /*!< Its size in bytes. */
+
+  /* ---- Since 0.3.0, appended after workspace_size (FP8). A caller whose struct_size ends
+   *      before them (a 0.3 header without them) reads them as NULL. ----
+   *  Descale factors of FA_DTYPE_E4M3 tensors: float32, one per tensor or batch x heads_kv
+   *  (fa_config.descale, fa_descale). NULL means 1.0. A descale given for a tensor that is not
+   *  e4m3 (q_descale with dtype not FA_DTYPE_E4M3, k_descale or v_descale with a k/v type not
+   *  FA_DTYPE_E4M3) is FA_STATUS_INVALID_ARGUMENT. With q', k', v' the stored e4m3 values:
+   *      score(i, j) = softmax_scale * q_descale * k_descale * (q'_i . k'_j)
+   *  then soft-capping, ALiBi and the masks as for any dtype, P = softmax(scores), and
+   *      o_i = v_descale * (P v')_i;
+   *  the LSE is that of the scores above (it includes q_descale and k_descale, not v_descale).
+   *  Rounding: CPU contexts decode every e4m3 value exactly into float32, form
+   *  softmax_scale * q_descale * k_descale in float32, accumulate dot products and P V in
+   *  float32, and round o once to out_dtype. GPU kernels: not yet (FA_STATUS_UNSUPPORTED); when
+   *  they come they will quantise P to e4m3 for P V, so their results differ from the CPU's by
+   *  that rounding. The values are not checked: a non-finite or negative descale gives what
+   *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
 } fa_run_args;
 
 /*! fa_run_args_init() :
@@ -338,11 +401,13 @@ FA_API fa_status fa_config_init(fa_config* config);
 
 /*! fa_config_validate() :
  *  Checks everything about `config` that does not depend on where it runs: struct_size, the dtype
- *  and flag values, sizes >= 1 (head_dim_v >= 0, 0 meaning head_dim), heads_q a multiple of
- *  heads_kv, a finite scale, strides >= 0, no
+ *  and flag values, the pair of element types (kv_dtype, out_dtype, descale), sizes >= 1
+ *  (head_dim_v >= 0, 0 meaning head_dim), heads_q a multiple of heads_kv, a finite scale,
+ *  strides >= 0, no
  *  overlap within o, and bounded extents: each tensor spans fewer than 2^60 elements, and the LSE
  *  and each run-time array the config uses (fa_run_args: batch + 1 offsets, batch lengths,
- *  batch * max_pages_per_seq page indices, heads_q or batch * heads_q slopes, heads_q sinks)
+ *  batch * max_pages_per_seq page indices, heads_q or batch * heads_q slopes, heads_q sinks,
+ *  1 or batch * heads_kv descales)
  *  holds at most 2^60 entries, so every offset and byte count derived from them fits in int64.
  *  fa_forward() and fa_plan_create() make the same checks (and, on a GPU, those of the kernels).
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT or FA_STATUS_BAD_STRUCT_SIZE with the
@@ -450,7 +515,9 @@ FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const vo
  *  same config), and otherwise run unsplit; a forced num_splits > 1 without that workspace fails
  *  with FA_STATUS_WORKSPACE_TOO_SMALL.
  *  @return as fa_forward(); FA_STATUS_INVALID_ARGUMENT also when a pointer the config needs
- *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, and on a
+ *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, when a
+ *          q_descale, k_descale or v_descale is given for a tensor that is not FA_DTYPE_E4M3
+ *          (since 0.3.0), and on a
  *          CPU context when an index tensor's contents are malformed (offsets that decrease or
  *          leave [0, total], lengths outside [0, seqlen], a page index outside
  *          [0, num_pages)): the message names the entry. GPU kernels cannot report such

@@ -124,7 +124,8 @@ fa_status run_pointers(Problem const& p, fa_run_args const* args, RunPointers* o
   std::memset(&a, 0, sizeof a);
   if (args != nullptr) {
     if (fa_status s = check_run_args_size(args); s != FA_STATUS_SUCCESS) return s;
-    std::memcpy(&a, args, sizeof a);
+    // A caller built before the descales passes a shorter struct: the fields it lacks stay NULL.
+    std::memcpy(&a, args, std::min(args->struct_size, sizeof a));
   }
   bool const paged = p.layout == Layout::kPagedKv;
   struct Needed {
@@ -143,7 +144,21 @@ fa_status run_pointers(Problem const& p, fa_run_args const* args, RunPointers* o
                   n.name, args == nullptr ? " (pass fa_run_args to fa_forward_ex/fa_plan_run_ex)" : "");
     }
   }
+  // A descale of a 16-bit or fp32 tensor would be ignored by the GPU kernels: refused instead.
+  for (Needed n : {Needed{"q_descale", a.q_descale, p.dtype == DType::kE4M3},
+                   Needed{"k_descale", a.k_descale, p.kv_dtype == DType::kE4M3},
+                   Needed{"v_descale", a.v_descale, p.kv_dtype == DType::kE4M3}}) {
+    if (!n.used && n.value != nullptr) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "fa_run_args.%s = %p is set, but its tensor is not FA_DTYPE_E4M3 (fa_config.dtype "
+                  "= %d, kv_dtype resolves to %d)",
+                  n.name, n.value, static_cast<int>(p.dtype), static_cast<int>(p.kv_dtype));
+    }
+  }
   RunPointers r;
+  r.q_descale = a.q_descale;
+  r.k_descale = a.k_descale;
+  r.v_descale = a.v_descale;
   if (p.needs_cu_seqlens()) {
     r.cu_seqlens_q = a.cu_seqlens_q;
     r.cu_seqlens_k = a.cu_seqlens_k;
@@ -176,8 +191,12 @@ fa_status check_alignment(std::initializer_list<Aligned> pointers) {
 
 fa_status check_alignment(Problem const& p, void const* q, void const* k, void const* v,
                           void const* o, float const* lse, RunPointers const& run) {
-  size_t const elem = dtype_size(p.dtype);
-  return check_alignment({{"q", q, elem}, {"k", k, elem}, {"v", v, elem}, {"o", o, elem},
+  auto const q_elem = static_cast<size_t>(dtype_size(p.dtype));
+  auto const kv_elem = static_cast<size_t>(dtype_size(p.kv_dtype));
+  auto const o_elem = static_cast<size_t>(dtype_size(p.out_dtype));
+  return check_alignment({{"q", q, q_elem}, {"k", k, kv_elem}, {"v", v, kv_elem},
+                          {"o", o, o_elem}, {"q_descale", run.q_descale, 4},
+                          {"k_descale", run.k_descale, 4}, {"v_descale", run.v_descale, 4},
                           {"lse", lse, 4}, {"cu_seqlens_q", run.cu_seqlens_q, 4},
                           {"cu_seqlens_k", run.cu_seqlens_k, 4},
                           {"cache_seqlens", run.cache_seqlens, 4},
@@ -191,7 +210,9 @@ fa_status check_alignment(Problem const& p, void const* q, void const* k, void c
 fa_status check_overlap(Problem const& p, void const* q, void const* k, void const* v, void* o,
                         float* lse, RunPointers const& run) {
   Extents const e = extents(p);
-  auto const elem = static_cast<int64_t>(dtype_size(p.dtype));
+  auto const q_elem = static_cast<int64_t>(dtype_size(p.dtype));
+  auto const kv_elem = static_cast<int64_t>(dtype_size(p.kv_dtype));
+  auto const o_elem = static_cast<int64_t>(dtype_size(p.out_dtype));
   struct Range {
     char const* name;
     uintptr_t begin;
@@ -203,9 +224,12 @@ fa_status check_overlap(Problem const& p, void const* q, void const* k, void con
   };
   // Every count is at most 2^60 (checked_extents), so these byte counts fit int64.
   int64_t const i32 = 4;
-  Range const out_o = range("o", o, e.o * elem);
-  Range const inputs[] = {range("q", q, e.q * elem), range("k", k, e.k * elem),
-                          range("v", v, e.v * elem),
+  Range const out_o = range("o", o, e.o * o_elem);
+  Range const inputs[] = {range("q", q, e.q * q_elem), range("k", k, e.k * kv_elem),
+                          range("v", v, e.v * kv_elem),
+                          range("q_descale", run.q_descale, e.descales * i32),
+                          range("k_descale", run.k_descale, e.descales * i32),
+                          range("v_descale", run.v_descale, e.descales * i32),
                           range("cu_seqlens_q", run.cu_seqlens_q, e.cu_seqlens * i32),
                           range("cu_seqlens_k", run.cu_seqlens_k, e.cu_seqlens * i32),
                           range("cache_seqlens", run.cache_seqlens, e.cache_seqlens * i32),

@@ -97,7 +97,78 @@ fa_status resolve_strides(char const* name, int64_t seq, int64_t heads, char con
 constexpr size_t kConfigSize_0_2 = offsetof(fa_config, layout);
 // No tail padding: every struct_size a caller's header can give ends at a field, so a larger
 // struct's first unknown byte is a field of a newer version (see fa_kernel_config's 0.2 trap).
-static_assert(offsetof(fa_config, head_dim_v) + sizeof(int64_t) == sizeof(fa_config));
+static_assert(offsetof(fa_config, reserved1) + sizeof(int32_t) == sizeof(fa_config));
+// fa_run_args as a 0.3 header before the descales had it, ending with workspace_size.
+constexpr size_t kRunArgsSize_NoDescale = offsetof(fa_run_args, q_descale);
+static_assert(offsetof(fa_run_args, v_descale) + sizeof(float const*) == sizeof(fa_run_args));
+
+namespace {
+
+char const* dtype_name(int32_t t) {
+  switch (t) {
+    case FA_DTYPE_FP16: return "FA_DTYPE_FP16";
+    case FA_DTYPE_BF16: return "FA_DTYPE_BF16";
+    case FA_DTYPE_FP32: return "FA_DTYPE_FP32";
+    case FA_DTYPE_E4M3: return "FA_DTYPE_E4M3";
+    default: return "not a fa_dtype";
+  }
+}
+
+// The element types of q, k/v and o (fa_config's 0s resolved), or a failure naming the field.
+// Allowed: one type throughout; 16-bit queries against an e4m3 cache (o takes q's type); e4m3
+// queries against an e4m3 cache with o in bf16 or fp16. fp32 is never mixed (CPU-only, and no
+// model stores fp32 queries against an fp8 cache).
+fa_status resolve_dtypes(fa_config const* c, Problem* p) {
+  if (c->dtype < FA_DTYPE_FP16 || c->dtype > FA_DTYPE_E4M3) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.dtype = %d is not a fa_dtype", c->dtype);
+  }
+  int32_t const kv = c->kv_dtype != 0 ? c->kv_dtype : c->dtype;
+  if (kv < FA_DTYPE_FP16 || kv > FA_DTYPE_E4M3) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.kv_dtype = %d is not a fa_dtype or 0",
+                c->kv_dtype);
+  }
+  bool const sixteen_bit = c->dtype == FA_DTYPE_FP16 || c->dtype == FA_DTYPE_BF16;
+  if (kv != c->dtype && !(kv == FA_DTYPE_E4M3 && sixteen_bit)) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config.kv_dtype = %d (%s) cannot go with dtype = %d (%s): k and v take q's "
+                "type, or FA_DTYPE_E4M3 under FA_DTYPE_FP16 or FA_DTYPE_BF16 queries",
+                c->kv_dtype, dtype_name(kv), c->dtype, dtype_name(c->dtype));
+  }
+  int32_t out = c->dtype;
+  if (c->dtype == FA_DTYPE_E4M3) {
+    out = c->out_dtype != 0 ? c->out_dtype : FA_DTYPE_BF16;
+    if (out != FA_DTYPE_FP16 && out != FA_DTYPE_BF16) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "fa_config.out_dtype = %d (%s) must be FA_DTYPE_BF16, FA_DTYPE_FP16 or 0 for "
+                  "dtype = FA_DTYPE_E4M3",
+                  c->out_dtype, dtype_name(c->out_dtype));
+    }
+  } else if (c->out_dtype != 0) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config.out_dtype = %d must be 0 for dtype = %d (%s): only FA_DTYPE_E4M3 "
+                "queries choose o's type",
+                c->out_dtype, c->dtype, dtype_name(c->dtype));
+  }
+  if (c->descale != FA_DESCALE_PER_TENSOR && c->descale != FA_DESCALE_PER_HEAD_KV) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.descale = %d is not a fa_descale",
+                c->descale);
+  }
+  if (c->descale != FA_DESCALE_PER_TENSOR && kv != FA_DTYPE_E4M3) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config.descale = %d needs FA_DTYPE_E4M3 inputs (dtype = %d, kv_dtype = %d)",
+                c->descale, c->dtype, c->kv_dtype);
+  }
+  if (c->reserved1 != 0) {
+    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.reserved1 = %d must be 0", c->reserved1);
+  }
+  p->dtype = static_cast<DType>(c->dtype);
+  p->kv_dtype = static_cast<DType>(kv);
+  p->out_dtype = static_cast<DType>(out);
+  p->descale_per_head = c->descale == FA_DESCALE_PER_HEAD_KV;
+  return FA_STATUS_SUCCESS;
+}
+
+}  // namespace
 
 fa_status check_features(fa_config const* c) {
   if (c->layout < FA_LAYOUT_DENSE || c->layout > FA_LAYOUT_PAGED_KV) {
@@ -182,9 +253,8 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   std::memset(&full, 0, sizeof full);
   std::memcpy(&full, caller, std::min(caller->struct_size, sizeof full));
   fa_config const* c = &full;
-  if (c->dtype != FA_DTYPE_FP16 && c->dtype != FA_DTYPE_BF16 && c->dtype != FA_DTYPE_FP32) {
-    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.dtype = %d is not a fa_dtype", c->dtype);
-  }
+  Problem p;
+  if (fa_status s = resolve_dtypes(c, &p); s != FA_STATUS_SUCCESS) return s;
   if (c->causal != 0 && c->causal != 1) {
     return fail(FA_STATUS_INVALID_ARGUMENT, "fa_config.causal = %d must be 0 or 1", c->causal);
   }
@@ -221,8 +291,6 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
   }
   if (fa_status s = check_features(c); s != FA_STATUS_SUCCESS) return s;
 
-  Problem p;
-  p.dtype = static_cast<DType>(c->dtype);
   p.causal = c->causal != 0;
   p.batch = c->batch;
   p.seqlen_q = c->seqlen_q;
@@ -325,7 +393,7 @@ fa_status to_problem(fa_config const* caller, Problem* out) {
 }
 
 fa_status check_run_args_size(fa_run_args const* args) {
-  return check_struct_size(args, "fa_run_args");
+  return check_struct_size(args, "fa_run_args", kRunArgsSize_NoDescale);
 }
 
 fa_status checked_extents(Problem const& p, Extents* out) {
@@ -344,7 +412,7 @@ fa_status checked_extents(Problem const& p, Extents* out) {
             extent(p.k, k_outer, k_seq, p.heads_kv, d),
             extent(p.v, k_outer, k_seq, p.heads_kv, dv),
             extent(p.o, q_outer, q_seq, p.heads_q, dv),
-            0, 0, 0, 0, 0, 0};
+            0, 0, 0, 0, 0, 0, 0};
   struct Tensor {
     char const* name;
     int64_t extent;
@@ -392,6 +460,8 @@ fa_status checked_extents(Problem const& p, Extents* out) {
                   static_cast<long long>(p.max_pages_per_seq));
     }
   }
+  // Per (batch, K/V head) descales: batch x heads_kv <= batch x heads_q, within the LSE's bound.
+  e.descales = p.descale_per_head ? p.batch * p.heads_kv : 1;
   *out = e;
   return FA_STATUS_SUCCESS;
 }
@@ -406,7 +476,9 @@ fa_status to_merge_shape(fa_merge_config const* c, MergeShape* out) {
   if (c == nullptr) return fail(FA_STATUS_INVALID_ARGUMENT, "config is NULL");
   if (fa_status s = check_struct_size(c, "fa_merge_config"); s != FA_STATUS_SUCCESS) return s;
   if (c->dtype != FA_DTYPE_FP16 && c->dtype != FA_DTYPE_BF16 && c->dtype != FA_DTYPE_FP32) {
-    return fail(FA_STATUS_INVALID_ARGUMENT, "fa_merge_config.dtype = %d is not a fa_dtype",
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_merge_config.dtype = %d is not FA_DTYPE_FP16, FA_DTYPE_BF16 or FA_DTYPE_FP32 "
+                "(merged outputs are never FA_DTYPE_E4M3)",
                 c->dtype);
   }
   if (c->reserved0 != 0) {

@@ -20,6 +20,7 @@ fa_status check_run_args_size(fa_run_args const* args);
 struct Extents {
   int64_t q, k, v, o, lse;
   int64_t cu_seqlens, cache_seqlens, block_table, alibi_slopes, sinks;
+  int64_t descales;  // entries of each of q_descale, k_descale, v_descale (1 per tensor)
 };
 // The one place the extents are computed, with checked arithmetic: fails (INVALID_ARGUMENT,
 // naming the tensor or array) when one exceeds kMaxElements (2^60), so every byte count and

@@ -58,6 +58,7 @@ char const* dtype_name(DType t) {
     case DType::kFP16: return "FP16";
     case DType::kBF16: return "BF16";
     case DType::kFP32: return "FP32";
+    case DType::kE4M3: return "E4M3";
   }
   return "?";
 }

@@ -6,9 +6,11 @@
 namespace fa {
 
 // Values equal the public fa_dtype values.
-enum class DType : int32_t { kFP16 = 1, kBF16 = 2, kFP32 = 3 };
+enum class DType : int32_t { kFP16 = 1, kBF16 = 2, kFP32 = 3, kE4M3 = 4 };
 
-constexpr int dtype_size(DType t) { return t == DType::kFP32 ? 4 : 2; }
+constexpr int dtype_size(DType t) {
+  return t == DType::kFP32 ? 4 : t == DType::kE4M3 ? 1 : 2;
+}
 
 // Values equal the public fa_layout values.
 enum class Layout : int32_t { kDense = 0, kVarlen = 1, kKvCache = 2, kPagedKv = 3 };
@@ -25,7 +27,9 @@ struct TensorStrides {
 
 // All fields resolved: softmax_scale is never 0 and packed-default strides are filled in.
 struct Problem {
-  DType dtype;
+  DType dtype;      // q's element type
+  DType kv_dtype;   // k's and v's (fa_config's 0 resolved to dtype)
+  DType out_dtype;  // o's: dtype, or for e4m3 queries fa_config.out_dtype resolved (BF16 default)
   bool causal;  // bottom-right aligned: key j is visible to query i iff j <= i + seqlen_k - seqlen_q
   int64_t batch;
   int64_t seqlen_q;
@@ -55,6 +59,9 @@ struct Problem {
   int64_t num_pages = 0;  // paged
   int64_t page_size = 0;  // paged
   int64_t max_pages_per_seq = 0;  // paged
+  bool descale_per_head = false;  // descales are batch x heads_kv, else one per tensor
+
+  bool fp8() const { return dtype == DType::kE4M3 || kv_dtype == DType::kE4M3; }
 
   // Rows of q and o (and of the LSE per head): total_q for varlen, else batch * seqlen_q.
   int64_t q_rows() const { return layout == Layout::kVarlen ? total_q : batch * seqlen_q; }
@@ -92,6 +99,10 @@ struct RunPointers {
   int32_t const* block_table = nullptr;    // paged: batch x max_pages_per_seq
   float const* alibi_slopes = nullptr;     // heads_q, or batch x heads_q
   float const* sinks = nullptr;            // heads_q
+  // 1 or batch x heads_kv each (Problem::descale_per_head); null means 1.0.
+  float const* q_descale = nullptr;
+  float const* k_descale = nullptr;
+  float const* v_descale = nullptr;
 };
 
 }  // namespace fa

@@ -118,6 +118,23 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
+// FP8 E4M3 (e4m3fn): exponent bias 7, no infinities, NaN only at magnitude 0x7f. Every value is
+// exact in float32, so the decode is exact.
+float e4m3_to_float(uint8_t x) {
+  const uint32_t sign = static_cast<uint32_t>(x & 0x80u) << 24;
+  const uint32_t exponent = (x >> 3) & 0xFu;
+  const uint32_t mantissa = x & 0x7u;
+  if (exponent == 0xFu && mantissa == 0x7u) {
+    return std::bit_cast<float>(sign | 0x7FC00000u);
+  }
+  if (exponent == 0) {
+    // Subnormal mantissa * 2^-9 (0 included), exact as a float product.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-9f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 120u) << 23) | (mantissa << 20));  // 7 -> 127
+}
+
 struct Fp16 {
   using Storage = uint16_t;
   static float load(Storage x) { return fp16_to_float(x); }
@@ -134,6 +151,12 @@ struct Fp32 {
   using Storage = float;
   static float load(Storage x) { return x; }
   static Storage store(float x) { return x; }
+};
+
+// An input type only: o is never e4m3, so there is no store.
+struct E4m3 {
+  using Storage = uint8_t;
+  static float load(Storage x) { return e4m3_to_float(x); }
 };
 
 // ---- Per-thread tiles ---------------------------------------------------------------------------
@@ -318,10 +341,16 @@ void softmax_row(Workspace& w, int64_t i, int64_t n_keys) {
   w.m[static_cast<size_t>(i)] = m_new;
 }
 
-// One work unit: query rows [i0, i0 + kBlockQ) of head h in batch b.
-template <class E>
+// A descale factor for sequence b's K/V head g (fa_run_args): null means 1.
+float descale(const Problem& p, const float* factors, int64_t b, int64_t g) {
+  if (factors == nullptr) return 1.0f;
+  return p.descale_per_head ? factors[b * p.heads_kv + g] : factors[0];
+}
+
+// One work unit: query rows [i0, i0 + kBlockQ) of head h in batch b. Q, KV and O are the
+// element types of q, of k and v, and of o.
+template <class Q, class KV, class O>
 void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t i0, Workspace& w) {
-  using S = typename E::Storage;
   const Sequence seq(p, t, b);
   if (i0 >= seq.sq) {
     return;  // a varlen sequence shorter than the longest: this tile has no rows
@@ -336,41 +365,46 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
   const int64_t j_end = std::min(seq.sk, visible_keys(p, i0 + nq - 1, seq.sq, seq.sk).hi + 1);
   const float slope = seq.alibi_slope(h);
   const int64_t diag = seq.sk - seq.sq;
+  // The header's score = softmax_scale * q_descale * k_descale * (q . k): the factors are formed
+  // once in float32 and scale the float32 dot products as softmax_scale alone does otherwise.
+  const float score_scale = p.softmax_scale * descale(p, t.run.q_descale, b, g) *
+                            descale(p, t.run.k_descale, b, g);
+  const float v_scale = descale(p, t.run.v_descale, b, g);
 
-  const auto* q = static_cast<const S*>(t.q);
+  const auto* q = static_cast<const typename Q::Storage*>(t.q);
   for (int64_t i = 0; i < nq; ++i) {
-    const S* src = q + seq.q_offset(p.q, i0 + i, h);
+    const auto* src = q + seq.q_offset(p.q, i0 + i, h);
     float* dst = w.q.data() + i * dp;
     for (int64_t c = 0; c < d; ++c) {
-      dst[c] = E::load(src[c]);
+      dst[c] = Q::load(src[c]);
     }
   }
   std::fill(w.acc.begin(), w.acc.begin() + nq * dpv, 0.0f);
   std::fill(w.m.begin(), w.m.begin() + nq, kNegInf);
   std::fill(w.l.begin(), w.l.begin() + nq, 0.0f);
 
-  const auto* k = static_cast<const S*>(t.k);
-  const auto* v = static_cast<const S*>(t.v);
+  const auto* k = static_cast<const typename KV::Storage*>(t.k);
+  const auto* v = static_cast<const typename KV::Storage*>(t.v);
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kBlockK) {
     const int64_t nk = std::min(kBlockK, j_end - j0);
     for (int64_t j = 0; j < nk; ++j) {
-      const S* ks = k + seq.k_offset(p.k, j0 + j, g);
-      const S* vs = v + seq.k_offset(p.v, j0 + j, g);
+      const auto* ks = k + seq.k_offset(p.k, j0 + j, g);
+      const auto* vs = v + seq.k_offset(p.v, j0 + j, g);
       for (int64_t c = 0; c < d; ++c) {
-        w.kt[static_cast<size_t>(c * kBlockK + j)] = E::load(ks[c]);
+        w.kt[static_cast<size_t>(c * kBlockK + j)] = KV::load(ks[c]);
       }
       float* vd = w.v.data() + j * dpv;
       for (int64_t c = 0; c < dv; ++c) {
-        vd[c] = E::load(vs[c]);
+        vd[c] = KV::load(vs[c]);
       }
     }
 
     int64_t i = 0;
     for (; i + kScoreRows <= nq; i += kScoreRows) {
-      score_rows<kScoreRows>(w, i, d, p.softmax_scale);
+      score_rows<kScoreRows>(w, i, d, score_scale);
     }
     for (; i < nq; ++i) {
-      score_rows<1>(w, i, d, p.softmax_scale);
+      score_rows<1>(w, i, d, score_scale);
     }
 
     for (i = 0; i < nq; ++i) {
@@ -400,7 +434,7 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
     }
   }
 
-  auto* o = static_cast<S*>(t.o);
+  auto* o = static_cast<typename O::Storage*>(t.o);
   const float sink = p.sinks ? t.run.sinks[h] : kNegInf;
   for (int64_t i = 0; i < nq; ++i) {
     float l = w.l[static_cast<size_t>(i)];
@@ -414,12 +448,12 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
       m = top;
     }
     const float* ar = w.acc.data() + i * dpv;
-    S* dst = o + seq.q_offset(p.o, i0 + i, h);
+    auto* dst = o + seq.q_offset(p.o, i0 + i, h);
     // l == 0 only when the row saw no key (every visible key adds exp(0) = 1 at its maximum)
-    // and has no sink.
-    const float inv = l == 0.0f ? 0.0f : out_scale / l;
+    // and has no sink. v_descale scales P V, so it joins the normalisation.
+    const float inv = l == 0.0f ? 0.0f : out_scale / l * v_scale;
     for (int64_t c = 0; c < dv; ++c) {
-      dst[c] = E::store(ar[c] * inv);
+      dst[c] = O::store(ar[c] * inv);
     }
     if (t.lse != nullptr) {
       t.lse[seq.lse_offset(h, i0 + i)] = l == 0.0f ? kNegInf : m + std::log(l);
@@ -427,7 +461,7 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
   }
 }
 
-template <class E>
+template <class Q, class KV, class O>
 void run(const Problem& p, const Tensors& t, int n_threads) {
   const int64_t n_tiles = (p.seqlen_q + kBlockQ - 1) / kBlockQ;
   const int64_t n_heads = p.batch * p.heads_q;
@@ -453,7 +487,7 @@ void run(const Problem& p, const Tensors& t, int n_threads) {
       // the longest units first keeps threads from idling at the end.
       const int64_t tile = n_tiles - 1 - u / n_heads;
       const int64_t bh = u % n_heads;
-      run_unit<E>(p, t, bh / p.heads_q, bh % p.heads_q, tile * kBlockQ, w);
+      run_unit<Q, KV, O>(p, t, bh / p.heads_q, bh % p.heads_q, tile * kBlockQ, w);
     }
   };
 
@@ -477,15 +511,22 @@ void run(const Problem& p, const Tensors& t, int n_threads) {
 void forward(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
              const RunPointers& run_pointers, int n_threads) {
   const Tensors t{q, k, v, o, lse, run_pointers};
+  // The type combinations to_problem allows: one type throughout, 16-bit queries against an
+  // e4m3 cache (o in q's type), e4m3 queries and cache with a 16-bit o.
+  const bool fp8_cache = p.kv_dtype == DType::kE4M3;
   switch (p.dtype) {
     case DType::kFP16:
-      run<Fp16>(p, t, n_threads);
+      fp8_cache ? run<Fp16, E4m3, Fp16>(p, t, n_threads) : run<Fp16, Fp16, Fp16>(p, t, n_threads);
       break;
     case DType::kBF16:
-      run<Bf16>(p, t, n_threads);
+      fp8_cache ? run<Bf16, E4m3, Bf16>(p, t, n_threads) : run<Bf16, Bf16, Bf16>(p, t, n_threads);
       break;
     case DType::kFP32:
-      run<Fp32>(p, t, n_threads);
+      run<Fp32, Fp32, Fp32>(p, t, n_threads);
+      break;
+    case DType::kE4M3:
+      p.out_dtype == DType::kFP16 ? run<E4m3, E4m3, Fp16>(p, t, n_threads)
+                                  : run<E4m3, E4m3, Bf16>(p, t, n_threads);
       break;
   }
 }
@@ -601,6 +642,8 @@ void merge_states(DType dtype, int64_t batch, int64_t seqlen, int64_t heads, int
     case DType::kFP32:
       merge<Fp32>(batch, seqlen, heads, head_dim, o_strides, o_a, lse_a, o_b, lse_b, o, lse);
       break;
+    case DType::kE4M3:
+      break;  // to_merge_shape refuses it: merged outputs are never e4m3
   }
 }
 

@@ -7,7 +7,8 @@
 namespace fa::cpu {
 
 // Computes attention on host buffers laid out as `p` says (element strides; dim contiguous).
-// q/k/v/o have p.dtype (fp16, bf16 or fp32); lse (nullable) is float32 [batch, heads_q, seqlen_q]
+// q has p.dtype, k and v p.kv_dtype, o p.out_dtype (fp16, bf16, fp32; e4m3 inputs descaled by
+// run.q/k/v_descale); lse (nullable) is float32 [batch, heads_q, seqlen_q]
 // contiguous. Uses up to n_threads threads (>= 1; the calling thread is one of them). Throws
 // std::bad_alloc on allocation failure (the caller catches), before any output is written.
 // `run` holds the index tensors, slopes and sinks the problem uses; their contents have been

@@ -26,6 +26,13 @@ std::string value_dim_differs(Problem const& p, char const* family) {
          " family's kernels read V and write O with head_dim columns";
 }
 
+std::string fp8_inputs(Problem const& p, char const* family) {
+  if (!p.fp8()) return {};
+  return "fa_config.dtype = " + std::to_string(int(p.dtype)) + ", kv_dtype = " +
+         std::to_string(int(p.kv_dtype)) + " (FA_DTYPE_E4M3 = 4): the " + family +
+         " family's kernels read 16-bit inputs only (FP8 runs on CPU contexts)";
+}
+
 size_t split_workspace_bytes(Problem const& p, int num_splits) {
   // [num_splits, rows, heads_q, head_dim_v] partial outputs (O's columns) and
   // [num_splits, heads_q, rows] LSEs.

@@ -64,6 +64,10 @@ bool needs_general(Problem const& p, bool pack_gqa, int num_splits);
 // message naming head_dim_v and head_dim (and `family`) when they differ, else empty.
 std::string value_dim_differs(Problem const& p, char const* family);
 
+// Why a family whose kernels read 16-bit inputs cannot run `p`: a message naming fa_config's
+// dtype and kv_dtype (and `family`) when q or k and v are FA_DTYPE_E4M3, else empty.
+std::string fp8_inputs(Problem const& p, char const* family);
+
 // Bytes of the fp32 partials of a `num_splits`-way split (the combine kernel's layout,
 // combine.hpp), rounded up to 256.
 size_t split_workspace_bytes(Problem const& p, int num_splits);

@@ -26,6 +26,11 @@ struct FeatureCase {
   int64_t heads_kv = 2;
   int64_t head_dim = 64;
   int64_t head_dim_v = 0;  // 0: head_dim (as fa_config)
+  int kv_dtype = 0;   // 0: dtype (as fa_config)
+  int out_dtype = 0;  // 0: as fa_config (dtype, or BF16 for e4m3 queries)
+  // Descale factors (fa_run_args) for the e4m3 tensors: -1 none (NULL), else the fa_descale
+  // granularity of random factors.
+  int descale = -1;
   // Per sequence. Dense: every entry equal; caches: every sq equal. Caches: sk is the visible
   // length (cache_seqlens);
   // the capacity is the longest plus capacity_extra rows that must never be read.
@@ -49,6 +54,10 @@ struct FeatureCase {
   bool cache() const { return layout == FA_LAYOUT_KV_CACHE || layout == FA_LAYOUT_PAGED_KV; }
   int64_t capacity() const { return cache() ? max_sk() + capacity_extra : max_sk(); }
   int64_t dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
+  int kv_type() const { return kv_dtype != 0 ? kv_dtype : dtype; }
+  int o_type() const {
+    return dtype != FA_DTYPE_E4M3 ? dtype : out_dtype != 0 ? out_dtype : FA_DTYPE_BF16;
+  }
   // o's head stride: packed, or with a head_dim_v that differs, kOutPad poisoned columns after
   // each head's row that the library must never write.
   int64_t o_cols() const { return dim_v() + (dim_v() != head_dim ? kOutPad : 0); }
@@ -69,7 +78,8 @@ inline std::string describe(const FeatureCase& c) {
   for (int64_t x : c.sk) s << x << ' ';
   s << "] causal " << c.causal << " window " << c.window << " (" << c.left << ", " << c.right
     << ") softcap " << c.softcap << " alibi " << c.alibi << " sinks " << c.sinks << " page "
-    << c.page_size << " splits " << c.num_splits << " scale " << c.scale;
+    << c.page_size << " splits " << c.num_splits << " scale " << c.scale << " kv_dtype "
+    << c.kv_type() << " out_dtype " << c.o_type() << " descale " << c.descale;
   return s.str();
 }
 
@@ -82,6 +92,7 @@ struct FeatureData {
   std::vector<float> lse;
   std::vector<int32_t> cu_q, cu_k, cache_seqlens, block_table;
   std::vector<float> slopes, sinks;
+  std::vector<float> q_descale, k_descale, v_descale;  // empty: NULL (1.0)
   int64_t q_rows = 0;  // rows of q/o (batch * max_sq, or total_q)
   int64_t k_rows = 0;  // rows of k/v (batch * capacity, total_k, or num_pages * page_size)
 
@@ -137,7 +148,17 @@ struct FeatureData {
   // fa_run_args pointing at the host vectors (NULL where empty).
   fa_run_args host_args() const {
     auto ptr = [](const auto& v) -> const void* { return v.empty() ? nullptr : v.data(); };
-    return args(ptr(cu_q), ptr(cu_k), ptr(cache_seqlens), ptr(block_table), ptr(slopes), ptr(sinks));
+    fa_run_args a =
+        args(ptr(cu_q), ptr(cu_k), ptr(cache_seqlens), ptr(block_table), ptr(slopes), ptr(sinks));
+    a.q_descale = static_cast<const float*>(ptr(q_descale));
+    a.k_descale = static_cast<const float*>(ptr(k_descale));
+    a.v_descale = static_cast<const float*>(ptr(v_descale));
+    return a;
+  }
+  // The descale factor of sequence b's K/V head g (1 where none is given), as the header defines.
+  double descale_of(const std::vector<float>& f, int64_t b, int64_t g) const {
+    if (f.empty()) return 1.0;
+    return c.descale == FA_DESCALE_PER_HEAD_KV ? f[static_cast<size_t>(b * c.heads_kv + g)] : f[0];
   }
 };
 
@@ -172,6 +193,9 @@ inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
   f.alibi = c.alibi;
   f.sinks = c.sinks ? 1 : 0;
   f.num_splits = c.num_splits;
+  f.kv_dtype = c.kv_dtype;
+  f.out_dtype = c.out_dtype;
+  f.descale = c.descale > 0 ? c.descale : FA_DESCALE_PER_TENSOR;
 
   if (c.layout == FA_LAYOUT_VARLEN) {
     d.cu_q.assign(1, 0);
@@ -231,10 +255,24 @@ inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
     f.o_head_stride = Do;
   }
   d.q = random_bytes(c.dtype, d.q_rows * c.heads_q * D, seed + 1);
-  d.k = random_bytes(c.dtype, d.k_rows * c.heads_kv * D, seed + 2);
-  d.v = random_bytes(c.dtype, d.k_rows * c.heads_kv * Dv, seed + 3);
-  d.o.resize(static_cast<size_t>(d.q_rows * c.heads_q * Do) * dtype_bytes(c.dtype));
-  poison(c.dtype, d.o.data(), d.q_rows * c.heads_q * Do);
+  d.k = random_bytes(c.kv_type(), d.k_rows * c.heads_kv * D, seed + 2);
+  d.v = random_bytes(c.kv_type(), d.k_rows * c.heads_kv * Dv, seed + 3);
+  d.o.resize(static_cast<size_t>(d.q_rows * c.heads_q * Do) * dtype_bytes(c.o_type()));
+  poison(c.o_type(), d.o.data(), d.q_rows * c.heads_q * Do);
+  if (c.descale >= 0) {
+    // Factors away from 1 (and different per head), so a dropped or misindexed one shows.
+    std::uniform_real_distribution<float> factor(0.25f, 4.0f);
+    const size_t n = static_cast<size_t>(c.descale == FA_DESCALE_PER_HEAD_KV ? B * c.heads_kv : 1);
+    auto make = [&](std::vector<float>& f) {
+      f.resize(n);
+      for (float& x : f) x = factor(rng);
+    };
+    if (c.dtype == FA_DTYPE_E4M3) make(d.q_descale);
+    if (c.kv_type() == FA_DTYPE_E4M3) {
+      make(d.k_descale);
+      make(d.v_descale);
+    }
+  }
   d.lse.resize(static_cast<size_t>(d.q_rows * c.heads_q));
   poison_lse(d.lse.data(), static_cast<int64_t>(d.lse.size()));
   std::uniform_real_distribution<float> slope(0.01f, 0.3f), sink(-1.0f, 2.0f);
@@ -262,12 +300,13 @@ inline FeatureReference feature_reference(const FeatureData& d) {
   FeatureReference r;
   r.o.assign(static_cast<size_t>(d.q_rows * c.heads_q * c.o_cols()), 0.0);
   r.lse.assign(d.lse.size(), -kInf);
-  auto decode = [&](const std::vector<unsigned char>& buf) {
-    std::vector<double> out(buf.size() / dtype_bytes(c.dtype));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = load_elem(c.dtype, buf.data(), static_cast<int64_t>(i));
+  auto decode = [&](int dtype, const std::vector<unsigned char>& buf) {
+    std::vector<double> out(buf.size() / dtype_bytes(dtype));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = load_elem(dtype, buf.data(), static_cast<int64_t>(i));
     return out;
   };
-  const std::vector<double> q = decode(d.q), k = decode(d.k), v = decode(d.v);
+  const std::vector<double> q = decode(c.dtype, d.q), k = decode(c.kv_type(), d.k),
+                            v = decode(c.kv_type(), d.v);
   std::vector<double> p;
   for (int64_t b = 0; b < c.batch(); ++b) {
     const int64_t sq = c.sq[static_cast<size_t>(b)], sk = c.sk[static_cast<size_t>(b)];
@@ -288,7 +327,7 @@ inline FeatureReference feature_reference(const FeatureData& d) {
           for (int64_t x = 0; x < D; ++x) {
             s += q[static_cast<size_t>(qi + x)] * k[static_cast<size_t>(kj + x)];
           }
-          s *= scale;
+          s *= scale * d.descale_of(d.q_descale, b, g) * d.descale_of(d.k_descale, b, g);
           if (c.softcap > 0.0f) s = c.softcap * std::tanh(s / c.softcap);
           if (c.alibi != FA_ALIBI_NONE) {
             const double m = d.slopes[static_cast<size_t>(
@@ -306,7 +345,7 @@ inline FeatureReference feature_reference(const FeatureData& d) {
           sum += x;
         }
         for (int64_t j = 0; j < sk; ++j) {
-          const double w = p[static_cast<size_t>(j)] / sum;
+          const double w = p[static_cast<size_t>(j)] / sum * d.descale_of(d.v_descale, b, g);
           if (w == 0.0) continue;
           const int64_t vj = d.v_index(b, j, g);
           for (int64_t x = 0; x < Dv; ++x) {
@@ -338,7 +377,7 @@ inline FeatureErrors compare_features(const FeatureData& d, const void* o, const
       for (int64_t i = 0; i < c.sq[static_cast<size_t>(b)]; ++i) {
         const int64_t oi = d.o_index(b, i, h);
         for (int64_t x = 0; x < c.dim_v(); ++x) {
-          const double got = load_elem(c.dtype, o, oi + x);
+          const double got = load_elem(c.o_type(), o, oi + x);
           if (std::isnan(got)) {
             ++e.bad;
             continue;
@@ -346,7 +385,7 @@ inline FeatureErrors compare_features(const FeatureData& d, const void* o, const
           e.o_max = std::max(e.o_max, std::fabs(got - r.o[static_cast<size_t>(oi + x)]));
         }
         for (int64_t x = c.dim_v(); x < c.o_cols(); ++x) {
-          if (!std::isnan(load_elem(c.dtype, o, oi + x))) ++e.written_past;
+          if (!std::isnan(load_elem(c.o_type(), o, oi + x))) ++e.written_past;
         }
         const auto li = static_cast<size_t>(d.lse_index(b, h, i));
         const double got = lse[li], want = r.lse[li];

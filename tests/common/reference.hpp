@@ -24,8 +24,11 @@ namespace fa_test {
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Bytes per element of an fa_dtype (2 for FA_DTYPE_FP16 / FA_DTYPE_BF16, 4 for FA_DTYPE_FP32).
-inline size_t dtype_bytes(int dtype) { return dtype == FA_DTYPE_FP32 ? 4 : 2; }
+// Bytes per element of an fa_dtype (1 for FA_DTYPE_E4M3, 2 for FA_DTYPE_FP16 / FA_DTYPE_BF16, 4
+// for FA_DTYPE_FP32).
+inline size_t dtype_bytes(int dtype) {
+  return dtype == FA_DTYPE_FP32 ? 4 : dtype == FA_DTYPE_E4M3 ? 1 : 2;
+}
 
 // Rounds x to the nearest value (ties to even) of a binary format with `precision` significand
 // bits (implicit bit included) and smallest normal exponent `min_exp`; beyond `max_finite` the
@@ -49,6 +52,8 @@ inline double round_to_dtype(int dtype, double x) {
       return round_binary(x, 11, -14, 65504.0);
     case FA_DTYPE_BF16:
       return round_binary(x, 8, -126, std::ldexp(255.0, 120));
+    case FA_DTYPE_E4M3:
+      return round_binary(x, 4, -6, 448.0);
     default:
       return round_binary(x, 24, -126, std::numeric_limits<float>::max());
   }
@@ -56,8 +61,11 @@ inline double round_to_dtype(int dtype, double x) {
 
 // Spacing of the dtype's values at |x| (the spacing of subnormals below the smallest normal).
 inline double dtype_ulp(int dtype, double x) {
-  const int precision = dtype == FA_DTYPE_FP16 ? 11 : dtype == FA_DTYPE_BF16 ? 8 : 24;
-  const int min_exp = dtype == FA_DTYPE_FP16 ? -14 : -126;
+  const int precision = dtype == FA_DTYPE_FP16   ? 11
+                        : dtype == FA_DTYPE_BF16 ? 8
+                        : dtype == FA_DTYPE_E4M3 ? 4
+                                                 : 24;
+  const int min_exp = dtype == FA_DTYPE_FP16 ? -14 : dtype == FA_DTYPE_E4M3 ? -6 : -126;
   int e = min_exp + 1;
   if (x != 0.0 && std::isfinite(x)) {
     std::frexp(x, &e);
@@ -117,9 +125,31 @@ inline uint16_t double_to_bf16_bits(double x) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// FP8 E4M3 (e4m3fn) from its definition: bias 7, subnormals m/8 * 2^-6, NaN at 0x7f and 0xff,
+// no infinities (exponent 15 with mantissa < 7 is a normal value, up to 448).
+inline double e4m3_bits_to_double(uint8_t x) {
+  const double sign = (x & 0x80u) != 0 ? -1.0 : 1.0;
+  const int exponent = (x >> 3) & 0xF;
+  const int mantissa = x & 0x7;
+  if (exponent == 15 && mantissa == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(mantissa / 8.0, -6);
+  return sign * std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+}
+
+// The e4m3 encoding of x rounded to nearest even (NaN beyond 448: the format has no infinity).
+inline uint8_t double_to_e4m3_bits(double x) {
+  const double r = round_binary(x, 4, -6, 448.0);
+  for (unsigned b = 0; b < 256; ++b) {
+    const double v = e4m3_bits_to_double(static_cast<uint8_t>(b));
+    if (v == r && std::signbit(v) == std::signbit(r)) return static_cast<uint8_t>(b);
+  }
+  return 0x7Fu;
+}
+
 // Element `index` of a dtype buffer, as double (exact).
 inline double load_elem(int dtype, const void* base, int64_t index) {
   const auto* bytes = static_cast<const unsigned char*>(base) + index * dtype_bytes(dtype);
+  if (dtype == FA_DTYPE_E4M3) return e4m3_bits_to_double(*bytes);
   if (dtype == FA_DTYPE_FP32) {
     float f = 0.0f;
     std::memcpy(&f, bytes, sizeof f);
@@ -133,6 +163,10 @@ inline double load_elem(int dtype, const void* base, int64_t index) {
 // Stores x rounded once (to nearest even) to the dtype.
 inline void store_elem(int dtype, void* base, int64_t index, double x) {
   auto* bytes = static_cast<unsigned char*>(base) + index * dtype_bytes(dtype);
+  if (dtype == FA_DTYPE_E4M3) {
+    *bytes = double_to_e4m3_bits(x);
+    return;
+  }
   if (dtype == FA_DTYPE_FP32) {
     const auto f = static_cast<float>(x);
     std::memcpy(bytes, &f, sizeof f);
@@ -342,6 +376,8 @@ inline void poison(int dtype, void* buf, int64_t n) {
     if (dtype == FA_DTYPE_FP32) {
       const uint32_t nan = 0x7FFFFFFFu;
       std::memcpy(bytes + 4 * i, &nan, 4);
+    } else if (dtype == FA_DTYPE_E4M3) {
+      bytes[i] = 0x7Fu;
     } else {
       const uint16_t nan = 0x7FFFu;
       std::memcpy(bytes + 2 * i, &nan, 2);

@@ -15,6 +15,8 @@ inline Problem dense_problem(int64_t batch, int64_t sq, int64_t sk, int64_t hq, 
                              int64_t d = 128) {
   Problem p{};
   p.dtype = DType::kBF16;
+  p.kv_dtype = DType::kBF16;
+  p.out_dtype = DType::kBF16;
   p.batch = batch;
   p.seqlen_q = sq;
   p.seqlen_k = sk;

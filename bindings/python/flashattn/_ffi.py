@@ -91,6 +91,12 @@ class fa_config(CheckedStructure):
         ("max_pages_per_seq", c_int64),
         # Since 0.3.0, after max_pages_per_seq.
         ("head_dim_v", c_int64),
+        # Since 0.3.0, after head_dim_v: FP8 types (the Python API does not expose them yet; the
+        # fields keep the struct the size the library writes).
+        ("kv_dtype", c_int32),
+        ("out_dtype", c_int32),
+        ("descale", c_int32),
+        ("reserved1", c_int32),
     ]
 
 
@@ -105,6 +111,10 @@ class fa_run_args(CheckedStructure):
         ("sinks", POINTER(c_float)),
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
+        # Since 0.3.0, after workspace_size: FP8 descale factors (NULL: 1.0).
+        ("q_descale", POINTER(c_float)),
+        ("k_descale", POINTER(c_float)),
+        ("v_descale", POINTER(c_float)),
     ]
 
 

@@ -20,6 +20,7 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
 }
 
 std::string cannot_run(KernelConfig const&, Problem const& p) {
+  if (std::string why = fp8_inputs(p, "mma.sync"); !why.empty()) return why;
   return value_dim_differs(p, "mma.sync");
 }
 

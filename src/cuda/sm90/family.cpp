@@ -15,6 +15,7 @@ namespace {
 // gcd(B_c, page_size) rows or, for small pages, gathered by its producer warpgroup
 // (mainloop_load.cuh), and keeps raw scores with the scale folded into exp2 (softmax.cuh).
 std::string cannot_run(KernelConfig const&, Problem const& p) {
+  if (std::string why = fp8_inputs(p, "sm90"); !why.empty()) return why;
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
   // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
   if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {

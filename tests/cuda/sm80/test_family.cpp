@@ -79,6 +79,20 @@ TEST_SUITE("family") {
     p.head_dim_v = 128;
     CHECK(f.cannot_run(k, p).empty());
   }
+
+  TEST_CASE("mma.sync: FP8 inputs are refused, naming the dtypes") {
+    KernelFamily const& f = sm80::kFamily;
+    KernelConfig const k = test::mma_sync_kernel(64, 128, 4);
+    Problem p = test::dense_problem(1, 100, 100, 8, 8);
+    p.kv_dtype = DType::kE4M3;  // bf16 queries against an e4m3 cache
+    std::string const why = f.cannot_run(k, p);
+    CHECK(why.find("dtype = 2, kv_dtype = 4") != std::string::npos);
+    CHECK(why.find("mma.sync") != std::string::npos);
+    p.dtype = DType::kE4M3;
+    CHECK(f.cannot_run(k, p).find("dtype = 4, kv_dtype = 4") != std::string::npos);
+    p.dtype = p.kv_dtype = DType::kBF16;
+    CHECK(f.cannot_run(k, p).empty());
+  }
 }
 
 }  // namespace fa::cuda

@@ -99,6 +99,20 @@ TEST_SUITE("family") {
     p.head_dim_v = 128;
     CHECK(f.cannot_run(k, p).empty());
   }
+
+  TEST_CASE("sm90: FP8 inputs are refused before any other rule, naming the dtypes") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig const k = test::sm90_kernel(128, true);
+    Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
+    p.kv_dtype = DType::kE4M3;
+    p.head_dim_v = 96;  // also refused, but the dtypes are named first
+    std::string const why = f.cannot_run(k, p);
+    CHECK(why.find("dtype = 2, kv_dtype = 4") != std::string::npos);
+    CHECK(why.find("sm90") != std::string::npos);
+    p.head_dim_v = 128;
+    p.kv_dtype = DType::kBF16;
+    CHECK(f.cannot_run(k, p).empty());
+  }
 }
 
 }  // namespace fa::cuda

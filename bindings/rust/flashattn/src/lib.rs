@@ -191,6 +191,10 @@ pub enum DType {
     Bf16,
     /// IEEE binary32 (CPU contexts only).
     F32,
+    /// FP8 E4M3 (e4m3fn): an input type only (q, or k and v; see
+    /// [`ConfigBuilder::kv_dtype`]), descaled by [`RunArgs::q_descale`] and its siblings. CPU
+    /// contexts run it; GPU kernels do not yet ([`Status::Unsupported`]).
+    E4m3,
 }
 
 impl DType {
@@ -199,6 +203,7 @@ impl DType {
             DType::F16 => sys::FA_DTYPE_FP16,
             DType::Bf16 => sys::FA_DTYPE_BF16,
             DType::F32 => sys::FA_DTYPE_FP32,
+            DType::E4m3 => sys::FA_DTYPE_E4M3,
         }) as i32
     }
     fn from_raw(raw: i32) -> Option<DType> {
@@ -206,6 +211,7 @@ impl DType {
             sys::FA_DTYPE_FP16 => Some(DType::F16),
             sys::FA_DTYPE_BF16 => Some(DType::Bf16),
             sys::FA_DTYPE_FP32 => Some(DType::F32),
+            sys::FA_DTYPE_E4M3 => Some(DType::E4m3),
             _ => None,
         }
     }
@@ -283,6 +289,41 @@ impl F16 {
     }
 }
 
+/// An FP8 E4M3 value (e4m3fn: its bits), for host slices of q, k and v.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct E4m3(pub u8);
+
+impl E4m3 {
+    /// Rounds to nearest even; magnitudes past 448 (the largest value; the format has no
+    /// infinity) and NaN give NaN (0x7f with the sign).
+    pub fn from_f32(x: f32) -> E4m3 {
+        let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs();
+        if a.is_nan() || a > 464.0 {
+            // 464 is halfway between 448 and the 480 the format lacks (its bits are NaN's): it
+            // rounds to even, 448; anything larger is out of range.
+            return E4m3(sign | 0x7F);
+        }
+        // Values below 2^-6 are subnormal multiples of 2^-9; others have 3 fraction bits.
+        let exponent = if a < 2f32.powi(-6) { -6 } else { a.log2().floor() as i32 };
+        let quantum = 2f32.powi(exponent - 3);
+        let r = (a / quantum).round_ties_even() * quantum;
+        (0u8..=0x7E).map(E4m3).find(|e| e.to_f32() == r).map_or(E4m3(sign | 0x7F), |e| E4m3(e.0 | sign))
+    }
+    /// Exact (NaN for 0x7f and 0xff).
+    pub fn to_f32(self) -> f32 {
+        let sign = if self.0 & 0x80 != 0 { -1.0 } else { 1.0 };
+        let exponent = ((self.0 >> 3) & 0xF) as i32;
+        let mantissa = (self.0 & 0x7) as f32;
+        match exponent {
+            15 if mantissa == 7.0 => f32::NAN,
+            0 => sign * mantissa * 2f32.powi(-9),
+            e => sign * (1.0 + mantissa / 8.0) * 2f32.powi(e - 7),
+        }
+    }
+}
+
 /// An element type usable in host slices.
 pub trait Element: Copy + private::Sealed {
     /// Its `DType`.
@@ -297,14 +338,30 @@ impl Element for F16 {
 impl Element for Bf16 {
     const DTYPE: DType = DType::Bf16;
 }
+impl Element for E4m3 {
+    const DTYPE: DType = DType::E4m3;
+}
 mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for super::F16 {}
     impl Sealed for super::Bf16 {}
+    impl Sealed for super::E4m3 {}
 }
 
 // ---- Problems --------------------------------------------------------------------------------
+
+/// The granularity of the FP8 descale factors (`fa_descale`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Descale {
+    /// One factor per tensor.
+    #[default]
+    PerTensor,
+    /// `batch * heads_kv` factors per tensor, row-major, as FlashAttention 3's `(batch,
+    /// heads_kv)` descales: entry `[b][g]` scales sequence b's K/V head g and the query heads
+    /// that read it.
+    PerHeadKv,
+}
 
 /// One attention problem (`fa_config`), validated by the library when built.
 #[derive(Clone, Copy)]
@@ -388,6 +445,13 @@ pub struct RunArgs<'a> {
     pub alibi_slopes: Option<&'a [f32]>,
     /// Sinks: `heads_q` logits.
     pub sinks: Option<&'a [f32]>,
+    /// E4M3 q: its descale factor(s), 1 or `batch * heads_kv` ([`ConfigBuilder::descale`]);
+    /// `None` means 1. Refused for a q that is not E4M3.
+    pub q_descale: Option<&'a [f32]>,
+    /// E4M3 k: as `q_descale`.
+    pub k_descale: Option<&'a [f32]>,
+    /// E4M3 v: as `q_descale`; it multiplies the output.
+    pub v_descale: Option<&'a [f32]>,
 }
 
 /// [`RunArgs`] for device memory, with the split-KV workspace: raw pointers on the context's
@@ -401,6 +465,9 @@ pub struct DeviceRunArgs {
     pub block_table: *const i32,
     pub alibi_slopes: *const f32,
     pub sinks: *const f32,
+    pub q_descale: *const f32,
+    pub k_descale: *const f32,
+    pub v_descale: *const f32,
     /// Scratch memory of [`Plan::workspace_size`] bytes, or NULL.
     pub workspace: *mut c_void,
     /// Its size in bytes.
@@ -417,6 +484,9 @@ impl Default for DeviceRunArgs {
             block_table: null(),
             alibi_slopes: null(),
             sinks: null(),
+            q_descale: null(),
+            k_descale: null(),
+            v_descale: null(),
             workspace: std::ptr::null_mut(),
             workspace_size: 0,
         }
@@ -432,6 +502,9 @@ impl DeviceRunArgs {
         raw.block_table = self.block_table;
         raw.alibi_slopes = self.alibi_slopes;
         raw.sinks = self.sinks;
+        raw.q_descale = self.q_descale;
+        raw.k_descale = self.k_descale;
+        raw.v_descale = self.v_descale;
         raw.workspace = self.workspace;
         raw.workspace_size = self.workspace_size;
         raw
@@ -485,6 +558,21 @@ fn host_run_args(config: &Config, args: &RunArgs<'_>) -> Result<sys::fa_run_args
     };
     raw.alibi_slopes = floats("alibi_slopes", args.alibi_slopes, slopes)?;
     raw.sinks = floats("sinks", args.sinks, if r.sinks != 0 { heads_q } else { 0 })?;
+    // A descale is optional (None is 1); given, it must be of an E4M3 tensor and hold 1 or
+    // batch * heads_kv factors.
+    let per_head = r.descale == sys::FA_DESCALE_PER_HEAD_KV as i32;
+    let factors = if per_head { batch.saturating_mul(usize_of(r.heads_kv)) } else { 1 };
+    let (q_fp8, kv_fp8) = (config.dtype() == DType::E4m3, config.kv_dtype() == DType::E4m3);
+    let descale = |name: &str, slice: Option<&[f32]>, fp8: bool| -> Result<*const f32> {
+        match slice {
+            Some(s) if fp8 => slice_fits(name, s, factors).map(|()| s.as_ptr()),
+            Some(_) => Err(Error::new(Status::InvalidArgument, format!("{name} given, but its tensor is not E4M3"))),
+            None => Ok(std::ptr::null()),
+        }
+    };
+    raw.q_descale = descale("q_descale", args.q_descale, q_fp8)?;
+    raw.k_descale = descale("k_descale", args.k_descale, kv_fp8)?;
+    raw.v_descale = descale("v_descale", args.v_descale, kv_fp8)?;
     Ok(raw)
 }
 
@@ -567,9 +655,27 @@ impl Config {
         ConfigBuilder { raw, bhsd_overflow: false }
     }
 
-    /// The element type.
+    /// The element type of q (and of k, v and o unless [`Config::kv_dtype`] /
+    /// [`Config::out_dtype`] differ).
     pub fn dtype(&self) -> DType {
         DType::from_raw(self.raw.dtype).expect("validated")
+    }
+
+    /// The element type of k and v (`fa_config.kv_dtype`, its 0 resolved to the dtype).
+    pub fn kv_dtype(&self) -> DType {
+        match self.raw.kv_dtype {
+            0 => self.dtype(),
+            t => DType::from_raw(t).expect("validated"),
+        }
+    }
+
+    /// The element type of o: the dtype, or for E4M3 queries `fa_config.out_dtype` (0: BF16).
+    pub fn out_dtype(&self) -> DType {
+        match (self.dtype(), self.raw.out_dtype) {
+            (DType::E4m3, 0) => DType::Bf16,
+            (DType::E4m3, t) => DType::from_raw(t).expect("validated"),
+            (t, _) => t,
+        }
     }
 
     /// The elements each tensor spans (`fa_config_extents`).
@@ -609,6 +715,29 @@ impl ConfigBuilder {
     /// before [`ConfigBuilder::layout`], whose strides use it.
     pub fn head_dim_v(mut self, head_dim_v: i64) -> Self {
         self.raw.head_dim_v = head_dim_v;
+        self
+    }
+    /// The element type of k and v when it differs from q's (`fa_config.kv_dtype`): only
+    /// [`DType::E4m3`] under [`DType::F16`] or [`DType::Bf16`] queries (an FP8 cache; o keeps
+    /// q's type), and [`DType::E4m3`] for E4M3 queries. Other pairs fail in
+    /// [`ConfigBuilder::build`], naming both.
+    pub fn kv_dtype(mut self, dtype: DType) -> Self {
+        self.raw.kv_dtype = dtype.raw();
+        self
+    }
+    /// The element type of o for E4M3 queries (`fa_config.out_dtype`): [`DType::Bf16`] (the
+    /// default) or [`DType::F16`]. Other queries write o in their own type and refuse it.
+    pub fn out_dtype(mut self, dtype: DType) -> Self {
+        self.raw.out_dtype = dtype.raw();
+        self
+    }
+    /// How many descale factors each of [`RunArgs::q_descale`], `k_descale` and `v_descale`
+    /// holds (`fa_config.descale`). Only for configs with E4M3 tensors.
+    pub fn descale(mut self, descale: Descale) -> Self {
+        self.raw.descale = (match descale {
+            Descale::PerTensor => sys::FA_DESCALE_PER_TENSOR,
+            Descale::PerHeadKv => sys::FA_DESCALE_PER_HEAD_KV,
+        }) as i32;
         self
     }
     /// Sets the strides of all four tensors to those of packed tensors in `layout`; a later
@@ -982,18 +1111,23 @@ fn slice_fits<T>(name: &str, slice: &[T], needed: usize) -> Result<()> {
 }
 
 /// Checks host slices against the config before the library reads or writes them.
-fn check_host<T: Element>(
+fn check_host<Q: Element, KV: Element, O: Element>(
     config: &Config,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    o: &[T],
+    q: &[Q],
+    k: &[KV],
+    v: &[KV],
+    o: &[O],
     lse: Option<&[f32]>,
 ) -> Result<()> {
-    if T::DTYPE != config.dtype() {
+    let types = (config.dtype(), config.kv_dtype(), config.out_dtype());
+    if (Q::DTYPE, KV::DTYPE, O::DTYPE) != types {
         return Err(Error::new(
             Status::InvalidArgument,
-            format!("slices of {:?} for a config of {:?}", T::DTYPE, config.dtype()),
+            format!(
+                "slices of (q, k/v, o) = {:?} for a config of {:?}",
+                (Q::DTYPE, KV::DTYPE, O::DTYPE),
+                types
+            ),
         ));
     }
     let e = config.extents()?;
@@ -1106,6 +1240,24 @@ impl Context {
         k: &[T],
         v: &[T],
         o: &mut [T],
+        lse: Option<&mut [f32]>,
+        args: &RunArgs<'_>,
+    ) -> Result<()> {
+        self.forward_mixed(config, q, k, v, o, lse, args)
+    }
+
+    /// [`Context::forward_ex`] with q, k/v and o of their own element types, as the config's
+    /// [`Config::dtype`], [`Config::kv_dtype`] and [`Config::out_dtype`] say (checked): E4M3
+    /// inputs with a 16-bit o, or 16-bit queries against an E4M3 cache, descaled by
+    /// [`RunArgs::q_descale`] and its siblings.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_mixed<Q: Element, KV: Element, O: Element>(
+        &self,
+        config: &Config,
+        q: &[Q],
+        k: &[KV],
+        v: &[KV],
+        o: &mut [O],
         lse: Option<&mut [f32]>,
         args: &RunArgs<'_>,
     ) -> Result<()> {

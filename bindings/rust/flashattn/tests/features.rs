@@ -1,7 +1,9 @@
 //! The inference features through the safe crate on the CPU backend, against a float64
 //! reference written here: masks and biases, varlen batches, contiguous and paged KV caches,
 //! merging partial results, and the checks on run arguments.
-use flashattn::{Alibi, Config, Context, DType, Device, Layout, MergeConfig, RunArgs, Status};
+use flashattn::{
+    Alibi, Bf16, Config, Context, DType, Descale, Device, E4m3, Layout, MergeConfig, RunArgs, Status, F16,
+};
 
 /// Uniform in +-[1/64, 1] from a fixed LCG, rounded to f32 (what the library reads).
 fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -403,4 +405,109 @@ fn run_arguments_are_checked_against_the_config() {
     let args = RunArgs { cache_seqlens: Some(&[3, 8]), sinks: Some(&sinks), ..RunArgs::default() };
     ctx.forward_ex(&config, &q, &k, &v, &mut o, None, &args).unwrap();
     assert!(o.iter().all(|x| x.is_finite()));
+}
+
+#[test]
+fn e4m3_round_trips_its_values() {
+    assert_eq!(E4m3(0x38).to_f32(), 1.0);
+    assert_eq!(E4m3(0x7E).to_f32(), 448.0);
+    assert_eq!(E4m3(0x01).to_f32(), 2f32.powi(-9));
+    assert!(E4m3(0x7F).to_f32().is_nan() && E4m3(0xFF).to_f32().is_nan());
+    for b in 0u8..=255 {
+        if b & 0x7F != 0x7F {
+            assert_eq!(E4m3::from_f32(E4m3(b).to_f32()), E4m3(b), "byte {b:#x}");
+        }
+    }
+    assert_eq!(E4m3::from_f32(1.0625), E4m3(0x38)); // a tie rounds to even
+    assert_eq!(E4m3::from_f32(464.0), E4m3(0x7E)); // a tie at the top rounds to 448
+    assert_eq!(E4m3::from_f32(1000.0), E4m3(0x7F));
+}
+
+#[test]
+fn fp8_inputs_and_caches_match_the_reference_with_descales() {
+    // bf16 queries against an e4m3 cache, and e4m3 queries with an fp16 o, each with
+    // per-(batch, K/V head) descales: the reference runs on the dequantised values.
+    let ctx = Context::new(Device::Cpu).unwrap();
+    let (b, sq, sk, hq, hkv, d) = (2usize, 17usize, 33usize, 4usize, 2usize, 16usize);
+    let e4m3 = |x: &[f32]| x.iter().map(|&v| E4m3::from_f32(v)).collect::<Vec<_>>();
+    let kq = e4m3(&data(b * sk * hkv * d, 41));
+    let vq = e4m3(&data(b * sk * hkv * d, 42));
+    let qd: Vec<f32> = (0..b * hkv).map(|i| 0.5 + 0.25 * i as f32).collect();
+    let kd: Vec<f32> = (0..b * hkv).map(|i| 2.0 - 0.375 * i as f32).collect();
+    let vd: Vec<f32> = (0..b * hkv).map(|i| 0.75 + 0.5 * i as f32).collect();
+    // Dequantised f32 copies of [b, rows, heads, d] tensors, each value times the factor of its
+    // (sequence, K/V head).
+    let dequant = |x: &[f32], heads: usize, rows: usize, f: &[f32]| -> Vec<f32> {
+        (0..x.len())
+            .map(|i| {
+                let (bi, h) = (i / (rows * heads * d), (i / d) % heads);
+                x[i] * f[bi * hkv + h / (heads / hkv)]
+            })
+            .collect()
+    };
+    let kf: Vec<f32> = kq.iter().map(|x| x.to_f32()).collect();
+    let vf: Vec<f32> = vq.iter().map(|x| x.to_f32()).collect();
+    let (k_ref, v_ref) = (dequant(&kf, hkv, sk, &kd), dequant(&vf, hkv, sk, &vd));
+    let check = |o: &[f32], q_ref: &[f32], lse: &[f32]| {
+        for bi in 0..b {
+            let (ro, rl) = reference(
+                &q_ref[bi * sq * hq * d..(bi + 1) * sq * hq * d],
+                &k_ref[bi * sk * hkv * d..(bi + 1) * sk * hkv * d],
+                &v_ref[bi * sk * hkv * d..(bi + 1) * sk * hkv * d],
+                (sq, sk, hq, hkv, d),
+                Masks { causal: true, ..Masks::default() },
+            );
+            assert_close("o", &o[bi * sq * hq * d..(bi + 1) * sq * hq * d], &ro, 1e-2);
+            assert_close("lse", &lse[bi * hq * sq..(bi + 1) * hq * sq], &rl, 5e-4);
+        }
+    };
+    let builder = |dtype| Config::builder(dtype, b as i64, sq as i64, sk as i64, hq as i64, hkv as i64, d as i64).causal(true);
+    let mut lse = vec![f32::NAN; b * hq * sq];
+
+    let q16: Vec<Bf16> = data(b * sq * hq * d, 40).iter().map(|&x| Bf16::from_f32(x)).collect();
+    let config = builder(DType::Bf16).kv_dtype(DType::E4m3).descale(Descale::PerHeadKv).build().unwrap();
+    let args = RunArgs { k_descale: Some(&kd), v_descale: Some(&vd), ..RunArgs::default() };
+    let mut o = vec![Bf16(0x7FFF); b * sq * hq * d];
+    ctx.forward_mixed(&config, &q16, &kq, &vq, &mut o, Some(&mut lse), &args).unwrap();
+    let q_ref: Vec<f32> = q16.iter().map(|x| x.to_f32()).collect();
+    check(&o.iter().map(|x| x.to_f32()).collect::<Vec<_>>(), &q_ref, &lse);
+    // A q_descale for bf16 queries is refused.
+    let err = ctx
+        .forward_mixed(&config, &q16, &kq, &vq, &mut o, None, &RunArgs { q_descale: Some(&qd), ..args })
+        .unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.detail().contains("q_descale"), "{}", err.detail());
+
+    let q8 = e4m3(&data(b * sq * hq * d, 43));
+    let config = builder(DType::E4m3).out_dtype(DType::F16).descale(Descale::PerHeadKv).build().unwrap();
+    assert_eq!((config.kv_dtype(), config.out_dtype()), (DType::E4m3, DType::F16));
+    let args = RunArgs { q_descale: Some(&qd), k_descale: Some(&kd), v_descale: Some(&vd), ..RunArgs::default() };
+    let mut o = vec![F16(0x7FFF); b * sq * hq * d];
+    ctx.forward_mixed(&config, &q8, &kq, &vq, &mut o, Some(&mut lse), &args).unwrap();
+    let q_ref = dequant(&q8.iter().map(|x| x.to_f32()).collect::<Vec<_>>(), hq, sq, &qd);
+    check(&o.iter().map(|x| x.to_f32()).collect::<Vec<_>>(), &q_ref, &lse);
+    // Slices of the wrong type, and a descale of the wrong length, are refused.
+    let mut o_bf16 = vec![Bf16(0); b * sq * hq * d];
+    let err = ctx.forward_mixed(&config, &q8, &kq, &vq, &mut o_bf16, None, &args).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    let err = ctx
+        .forward_mixed(&config, &q8, &kq, &vq, &mut o, None, &RunArgs { v_descale: Some(&vd[..1]), ..args })
+        .unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.detail().contains("v_descale"), "{}", err.detail());
+}
+
+#[test]
+fn fp8_type_pairs_outside_the_allowed_ones_are_named() {
+    let builder = |dtype| Config::builder(dtype, 1, 1, 1, 1, 1, 8);
+    let err = builder(DType::E4m3).kv_dtype(DType::Bf16).build().err().unwrap();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.detail().contains("kv_dtype = 2"), "{}", err.detail());
+    let err = builder(DType::F32).kv_dtype(DType::E4m3).build().err().unwrap();
+    assert!(err.detail().contains("kv_dtype = 4"), "{}", err.detail());
+    let err = builder(DType::Bf16).out_dtype(DType::F16).build().err().unwrap();
+    assert!(err.detail().contains("out_dtype = 1"), "{}", err.detail());
+    let err = builder(DType::Bf16).descale(Descale::PerHeadKv).build().err().unwrap();
+    assert!(err.detail().contains("descale = 1"), "{}", err.detail());
+    assert_eq!(builder(DType::E4m3).build().unwrap().out_dtype(), DType::Bf16);
 }
