@@ -76,8 +76,6 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
       }
     }
   };
-  // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
-  // from the pages in `pg` and `rw` (the lanes' look-ups of block n).
   // This thread's row at pass i is r0 + i * kRowsPerPass, so its destination advances by a
   // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out, the
   // compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes and
@@ -86,6 +84,8 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   int const r0 = warp * kWarpRows + sub;
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
+  // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
+  // from the pages in `pg` and `rw` (the lanes' look-ups of block n).
   auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
                     int const(&pg)[kSlots], int const(&rw)[kSlots]) {
     dst += uint32_t(r0) * 128;
