@@ -596,15 +596,16 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
             _integer("num_splits", num_splits, _INT32), tuple(extra))
 
 
-# fa_run_args as machine words: field -> index (every field is 8 bytes on the 64-bit platforms
-# the library builds for). Each thread fills its own struct (_run_args) word by word: building
-# a fa_run_args per call, initialising it through ctypes and setting one pointer with
-# ctypes.cast took 5 us on the CI machine, each further pointer 1 more.
+# fa_run_args as machine words (every field is 8 bytes on the 64-bit platforms the library
+# builds for), filled by one slice assignment of the fields after struct_size, in the struct's
+# order: cu_seqlens_q, cu_seqlens_k, cache_seqlens, block_table, alibi_slopes, sinks, workspace,
+# workspace_size. Each thread fills its own struct (_run_args): building a fa_run_args per call,
+# initialising it through ctypes and setting one pointer with ctypes.cast took 5 us on the CI
+# machine, each further pointer 1 more; the slice assignment takes 0.25.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
-_RUN_FIELD = {name: getattr(_ffi.fa_run_args, name).offset // _WORD
-              for name, _ in _ffi.fa_run_args._fields_}
 _RUN_WORDS = ctypes.sizeof(_ffi.fa_run_args) // _WORD
-_RUN_NULLS = (None,) * (_RUN_WORDS - 1)  # every field after struct_size
+_NO_AUX = (None,) * 6  # the six array pointers of fa_run_args, none given
+_NO_WORKSPACE = (None, 0)
 _thread = threading.local()
 
 
@@ -622,78 +623,100 @@ def _run_args():
         return _thread.run_args
 
 
-def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux=(), workspace=None):
-    """Runs `key`'s plan on the described arrays; `aux` holds (field, array, kind, shape,
-    described) of the run-time arguments (index tensors, slopes, sinks), which must live on q's
-    device and have that shape (None: checked by the caller): the library reads as many entries
-    as the config says, so a shorter array would be read past its end. `described` is the
-    array's describe_aux() result where the caller already has it, else None. `workspace` is the
-    caller's float32 scratch array, or None."""
+def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, workspace):
+    """Runs `key`'s plan on the described arrays of a call without run-time arrays (forward()
+    without ALiBi or sinks); `workspace` is the caller's float32 scratch array, or None."""
     ctx = _contexts.get(tq.device) or _context(tq.device)
     plan = ctx._plans(key)
     if plan is None:
         return (o, lse) if return_lse else o
-    lse_ptr = None if tlse is None else tlse.ptr
-    if not aux and not plan.workspace and workspace is None:
-        status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr, None, 0,
-                                handle)
+    if workspace is None and not plan.workspace:
+        status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                                None if tlse is None else tlse.ptr, None, 0, handle)
+        if status:
+            check(status)
+        return (o, lse) if return_lse else o
+    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, _NO_AUX,
+                   workspace)
+
+
+def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
+            workspace):
+    """Runs `plan` through fa_plan_run_ex: `pointers` are fa_run_args' six array addresses
+    (None where absent), read by the caller after the plan lookup (a plan of None returns before
+    them); the workspace is the caller's float32 array, else scratch allocated here where the
+    plan splits on a GPU. Every pointer is read before the struct is filled: a producer's
+    __dlpack__ runs Python, which may call into this package on the same thread."""
+    keepalive = None
+    if workspace is not None:
+        ptr, got, device, keepalive = _tensors.describe_aux(workspace, "workspace", "float32",
+                                                            handle)
+        if device != tq.device:
+            raise ValueError(f"workspace is on device {device}, q on {tq.device}")
+        size = 4
+        for n in got:
+            size *= n
+        pointers += (ptr, size)
+    elif plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
+        # Split-KV partials, allocated by q's library on its stream-ordered allocator
+        # (PyTorch's caching allocator makes this a free-list pop, and inside a CUDA graph
+        # capture a block of the graph's private pool). A producer this package cannot
+        # allocate with runs unsplit when the split was the library's own choice.
+        try:
+            keepalive, ptr = _tensors.empty_scratch(tq, (plan.workspace + 3) // 4, handle)
+        except TypeError:
+            if key[0][5] > 1:  # a forced num_splits
+                raise
+            pointers += _NO_WORKSPACE
+        else:
+            pointers += (ptr, plan.workspace)
     else:
-        # Every pointer is read before the struct is filled: a producer's __dlpack__ runs Python.
-        fields, keepalive = [], []
-        for field, arr, kind, shape, described in aux:
-            ptr, got, device, keep = (described if described is not None and described[3] is None
-                                      else _tensors.describe_aux(arr, field, kind, handle))
-            keepalive.append(keep)
-            if shape is not None and tuple(got) != shape:
-                raise ValueError(f"{field} has shape {tuple(got)}; expected {shape}")
-            if device != tq.device:
-                raise ValueError(f"{field} is on device {device}, q on {tq.device}")
-            fields.append((_RUN_FIELD[field], ptr))
-        if workspace is not None:
-            ptr, got, device, keep = _tensors.describe_aux(workspace, "workspace", "float32",
-                                                           handle)
-            keepalive.append(keep)
-            if device != tq.device:
-                raise ValueError(f"workspace is on device {device}, q on {tq.device}")
-            size = 4
-            for n in got:
-                size *= n
-            fields += [(_RUN_FIELD["workspace"], ptr), (_RUN_FIELD["workspace_size"], size)]
-        elif plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
-            # Split-KV partials, allocated by q's library on its stream-ordered allocator
-            # (PyTorch's caching allocator makes this a free-list pop, and inside a CUDA graph
-            # capture a block of the graph's private pool). A producer this package cannot
-            # allocate with runs unsplit when the split was the library's own choice.
-            try:
-                scratch, ptr = _tensors.empty_scratch(tq, (plan.workspace + 3) // 4, handle)
-            except TypeError:
-                if key[0][5] > 1:  # a forced num_splits
-                    raise
-            else:
-                keepalive.append(scratch)
-                fields += [(_RUN_FIELD["workspace"], ptr),
-                           (_RUN_FIELD["workspace_size"], plan.workspace)]
-        words, address = _run_args()
-        words[1:] = _RUN_NULLS
-        for index, value in fields:
-            words[index] = value
-        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr, lse_ptr, address,
-                                   handle)
-        del keepalive  # the run has read the pointers (a GPU run: enqueued them)
+        pointers += _NO_WORKSPACE
+    words, address = _run_args()
+    words[1:] = pointers
+    status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                               None if tlse is None else tlse.ptr, address, handle)
+    del keepalive  # the run has read the workspace (a GPU run: enqueued it)
     if status:
         check(status)
     return (o, lse) if return_lse else o
 
 
-def _aux(*entries):
-    """The run-time arguments given, as _run takes them, from (name, array, shape) or (name,
-    array, shape, described) entries: shape is the shape the array must have (None: alibi_slopes
-    and block_table are checked where their shape selects the mode)."""
-    return tuple((e[0], e[1], _AUX_KINDS.get(e[0], "int32"), e[2], e[3] if len(e) > 3 else None)
-                 for e in entries if e[1] is not None)
+def _aux_pointer(obj, name, kind, shape, device, handle):
+    """(address, keepalive) of a run-time array (describe_aux) that must be on q's `device` and
+    have `shape` (None: checked by the caller): the library reads as many entries as the config
+    says, so a shorter array would be read past its end. keepalive must be held through the
+    call."""
+    ptr, got, dev, keepalive = _tensors.describe_aux(obj, name, kind, handle)
+    if shape is not None and got != shape:
+        raise ValueError(f"{name} has shape {tuple(got)}; expected {shape}")
+    if dev != device:
+        raise ValueError(f"{name} is on device {dev}, q on {device}")
+    return ptr, keepalive
 
 
-_AUX_KINDS = {"alibi_slopes": "float32", "sinks": "float32"}
+def _described_pointer(described, obj, name, shape, device, handle):
+    """_aux_pointer() of an int32 array whose describe_aux() the caller made before the stream
+    was known: reused unless it holds a DLPack capsule (exported for another stream)."""
+    if described[3] is not None:
+        return _aux_pointer(obj, name, "int32", shape, device, handle)
+    if shape is not None and described[1] != shape:
+        raise ValueError(f"{name} has shape {tuple(described[1])}; expected {shape}")
+    if described[2] != device:
+        raise ValueError(f"{name} is on device {described[2]}, q on {device}")
+    return described[0], None
+
+
+def _slopes_and_sinks(alibi_slopes, sinks, heads_q, device, handle):
+    """(alibi_slopes address, sinks address, keepalive) of the optional per-head arrays; the
+    slopes' shape was checked by _features()."""
+    alibi = sink = keep_alibi = keep_sinks = None
+    if alibi_slopes is not None:
+        alibi, keep_alibi = _aux_pointer(alibi_slopes, "alibi_slopes", "float32", None, device,
+                                         handle)
+    if sinks is not None:
+        sink, keep_sinks = _aux_pointer(sinks, "sinks", "float32", (heads_q,), device, handle)
+    return alibi, sink, (keep_alibi, keep_sinks)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
@@ -795,16 +818,23 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     the device's context; later calls only launch it.
     """
     if window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None:
-        features, aux = _DENSE, ()
-    else:
-        shape = getattr(q, "shape", (0, 0, 0, 0))
-        seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
-        heads_q = shape[heads] if len(shape) == 4 else 0
-        features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0], heads_q)
-        aux = _aux(("alibi_slopes", alibi_slopes, None), ("sinks", sinks, (heads_q,)))
+        tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream,
+                                                              causal, softmax_scale, kernel,
+                                                              layout)
+        return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, workspace)
+    shape = getattr(q, "shape", (0, 0, 0, 0))
+    seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
+    heads_q = shape[heads] if len(shape) == 4 else 0
+    features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0], heads_q)
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, layout, features)
-    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, aux, workspace)
+    ctx = _contexts.get(tq.device) or _context(tq.device)
+    plan = ctx._plans(key)
+    if plan is None:
+        return (o, lse) if return_lse else o
+    alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, tq.device, handle)
+    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                   (None, None, None, None, alibi, sink), workspace)
 
 
 def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
@@ -845,9 +875,9 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         Only with ``return_lse``.
     """
     cu_q = _tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32")
-    cu_shape = tuple(cu_q[1])
+    cu_shape = cu_q[1]
     if len(cu_shape) != 1 or cu_shape[0] < 1:
-        raise ValueError(f"cu_seqlens_q must have shape (batch + 1,), got {cu_shape}")
+        raise ValueError(f"cu_seqlens_q must have shape (batch + 1,), got {tuple(cu_shape)}")
     batch = cu_shape[0] - 1
     heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
     features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
@@ -855,11 +885,20 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                                 _int64("max_seqlen_k", max_seqlen_k)))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features)
-    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux(("cu_seqlens_q", cu_seqlens_q, (batch + 1,), cu_q),
-                     ("cu_seqlens_k", cu_seqlens_k, (batch + 1,)),
-                     ("alibi_slopes", alibi_slopes, None), ("sinks", sinks, (heads_q,))),
-                workspace)
+    ctx = _contexts.get(tq.device) or _context(tq.device)
+    plan = ctx._plans(key)
+    if plan is None:
+        return (o, lse) if return_lse else o
+    device, rows = tq.device, (batch + 1,)
+    ptr_q, keep_q = _described_pointer(cu_q, cu_seqlens_q, "cu_seqlens_q", rows, device, handle)
+    ptr_k, keep_k = _aux_pointer(cu_seqlens_k, "cu_seqlens_k", "int32", rows, device, handle)
+    if alibi_slopes is None and sinks is None:
+        pointers = (ptr_q, ptr_k, None, None, None, None)
+    else:
+        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, device, handle)
+        pointers = (ptr_q, ptr_k, None, None, alibi, sink)
+    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
+                   workspace)
 
 
 def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
@@ -909,9 +948,9 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         mode, extra, table = "kvcache", (), None
     else:
         table = _tensors.describe_aux(block_table, "block_table", "int32")
-        table_shape = tuple(table[1])
+        table_shape = table[1]
         if len(table_shape) != 2 or table_shape[0] != batch:
-            raise ValueError(f"block_table has shape {table_shape}; expected ({batch}, "
+            raise ValueError(f"block_table has shape {tuple(table_shape)}; expected ({batch}, "
                              "max_pages_per_seq)")
         mode, extra = "paged", (table_shape[1],)
     features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_splits,
@@ -919,11 +958,25 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k_cache, v_cache, out, return_lse,
                                                           stream, causal, softmax_scale, kernel,
                                                           "bshd", features)
-    return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                _aux(("cache_seqlens", cache_seqlens, (batch,)),
-                     ("block_table", block_table, None, table),
-                     ("alibi_slopes", alibi_slopes, None), ("sinks", sinks, (heads_q,))),
-                workspace)
+    ctx = _contexts.get(tq.device) or _context(tq.device)
+    plan = ctx._plans(key)
+    if plan is None:
+        return (o, lse) if return_lse else o
+    device = tq.device
+    lens, keep_lens = _aux_pointer(cache_seqlens, "cache_seqlens", "int32", (batch,), device,
+                                   handle)
+    if table is None:
+        pages = keep_pages = None
+    else:
+        pages, keep_pages = _described_pointer(table, block_table, "block_table", None, device,
+                                               handle)
+    if alibi_slopes is None and sinks is None:
+        pointers = (None, None, lens, pages, None, None)
+    else:
+        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, device, handle)
+        pointers = (None, None, lens, pages, alibi, sink)
+    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
+                   workspace)
 
 
 def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
