@@ -604,8 +604,7 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 # machine, each further pointer 1 more; the slice assignment takes 0.25.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _RUN_WORDS = ctypes.sizeof(_ffi.fa_run_args) // _WORD
-_NO_AUX = (None,) * 6  # the six array pointers of fa_run_args, none given
-_NO_WORKSPACE = (None, 0)
+_NO_AUX = (None,) * 6 + (0,)  # no array, workspace_size 0
 _thread = threading.local()
 
 
@@ -642,11 +641,12 @@ def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, workspace):
 
 def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
             workspace):
-    """Runs `plan` through fa_plan_run_ex: `pointers` are fa_run_args' six array addresses
-    (None where absent), read by the caller after the plan lookup (a plan of None returns before
-    them); the workspace is the caller's float32 array, else scratch allocated here where the
-    plan splits on a GPU. Every pointer is read before the struct is filled: a producer's
-    __dlpack__ runs Python, which may call into this package on the same thread."""
+    """Runs `plan` through fa_plan_run_ex. `pointers` are fa_run_args' fields after struct_size
+    (the six array addresses, None where absent, then workspace and workspace_size), read by
+    the caller after the plan lookup (a plan of None returns before them). The workspace comes
+    from the caller's float32 array `workspace`, else is allocated here where the plan splits on
+    a GPU. Every pointer is read before the struct is filled: a producer's __dlpack__ runs
+    Python, which may call into this package on the same thread."""
     keepalive = None
     if workspace is not None:
         ptr, got, device, keepalive = _tensors.describe_aux(workspace, "workspace", "float32",
@@ -656,7 +656,7 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
         size = 4
         for n in got:
             size *= n
-        pointers += (ptr, size)
+        pointers = pointers[:6] + (ptr, size)
     elif plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
         # Split-KV partials, allocated by q's library on its stream-ordered allocator
         # (PyTorch's caching allocator makes this a free-list pop, and inside a CUDA graph
@@ -667,12 +667,12 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
         except TypeError:
             if key[0][5] > 1:  # a forced num_splits
                 raise
-            pointers += _NO_WORKSPACE
         else:
-            pointers += (ptr, plan.workspace)
-    else:
-        pointers += _NO_WORKSPACE
-    words, address = _run_args()
+            pointers = pointers[:6] + (ptr, plan.workspace)
+    try:
+        words, address = _thread.run_args
+    except AttributeError:  # _run_args() inline: one Python frame less per call
+        words, address = _run_args()
     words[1:] = pointers
     status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
                                None if tlse is None else tlse.ptr, address, handle)
@@ -682,29 +682,22 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
     return (o, lse) if return_lse else o
 
 
+def _aux_mismatch(name, described, shape, device):
+    """Raises the ValueError for a run-time array (describe_aux() result `described`) that does
+    not have `shape` or is not on q's `device`: the library reads as many entries as the config
+    says, so a shorter array would be read past its end."""
+    if described[1] != shape:
+        raise ValueError(f"{name} has shape {tuple(described[1])}; expected {tuple(shape)}")
+    raise ValueError(f"{name} is on device {described[2]}, q on {device}")
+
+
 def _aux_pointer(obj, name, kind, shape, device, handle):
-    """(address, keepalive) of a run-time array (describe_aux) that must be on q's `device` and
-    have `shape` (None: checked by the caller): the library reads as many entries as the config
-    says, so a shorter array would be read past its end. keepalive must be held through the
-    call."""
-    ptr, got, dev, keepalive = _tensors.describe_aux(obj, name, kind, handle)
-    if shape is not None and got != shape:
-        raise ValueError(f"{name} has shape {tuple(got)}; expected {shape}")
-    if dev != device:
-        raise ValueError(f"{name} is on device {dev}, q on {device}")
-    return ptr, keepalive
-
-
-def _described_pointer(described, obj, name, shape, device, handle):
-    """_aux_pointer() of an int32 array whose describe_aux() the caller made before the stream
-    was known: reused unless it holds a DLPack capsule (exported for another stream)."""
-    if described[3] is not None:
-        return _aux_pointer(obj, name, "int32", shape, device, handle)
-    if shape is not None and described[1] != shape:
-        raise ValueError(f"{name} has shape {tuple(described[1])}; expected {shape}")
-    if described[2] != device:
-        raise ValueError(f"{name} is on device {described[2]}, q on {device}")
-    return described[0], None
+    """(address, keepalive) of a run-time array that must have `shape` (None: any) and be on
+    q's `device`; keepalive must be held through the call."""
+    described = _tensors.describe_aux(obj, name, kind, handle)
+    if (shape is not None and described[1] != shape) or described[2] != device:
+        _aux_mismatch(name, described, described[1] if shape is None else shape, device)
+    return described[0], described[3]
 
 
 def _slopes_and_sinks(alibi_slopes, sinks, heads_q, device, handle):
@@ -834,7 +827,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         return (o, lse) if return_lse else o
     alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, tq.device, handle)
     return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                   (None, None, None, None, alibi, sink), workspace)
+                   (None, None, None, None, alibi, sink, None, 0), workspace)
 
 
 def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
@@ -879,10 +872,13 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if len(cu_shape) != 1 or cu_shape[0] < 1:
         raise ValueError(f"cu_seqlens_q must have shape (batch + 1,), got {tuple(cu_shape)}")
     batch = cu_shape[0] - 1
-    heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
-    features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
-                         extra=(batch, _int64("max_seqlen_q", max_seqlen_q),
-                                _int64("max_seqlen_k", max_seqlen_k)))
+    extra = (batch, _int64("max_seqlen_q", max_seqlen_q), _int64("max_seqlen_k", max_seqlen_k))
+    if window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None:
+        features = ("varlen", _NO_WINDOW, 0.0, 0, False, 0, extra)  # _features(), 0.2 us less
+    else:
+        heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
+        features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
+                             extra=extra)
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features)
     ctx = _contexts.get(tq.device) or _context(tq.device)
@@ -890,13 +886,20 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if plan is None:
         return (o, lse) if return_lse else o
     device, rows = tq.device, (batch + 1,)
-    ptr_q, keep_q = _described_pointer(cu_q, cu_seqlens_q, "cu_seqlens_q", rows, device, handle)
-    ptr_k, keep_k = _aux_pointer(cu_seqlens_k, "cu_seqlens_k", "int32", rows, device, handle)
+    if cu_q[3] is not None:  # a DLPack capsule, exported before the stream was known
+        cu_q = _tensors.describe_aux(cu_seqlens_q, "cu_seqlens_q", "int32", handle)
+    if cu_q[1] != rows or cu_q[2] != device:
+        _aux_mismatch("cu_seqlens_q", cu_q, rows, device)
+    cu_k = _tensors.describe_aux(cu_seqlens_k, "cu_seqlens_k", "int32", handle)
+    if cu_k[1] != rows or cu_k[2] != device:
+        _aux_mismatch("cu_seqlens_k", cu_k, rows, device)
     if alibi_slopes is None and sinks is None:
-        pointers = (ptr_q, ptr_k, None, None, None, None)
+        pointers = (cu_q[0], cu_k[0], None, None, None, None, None, 0)
     else:
-        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, device, handle)
-        pointers = (ptr_q, ptr_k, None, None, alibi, sink)
+        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, tq.shape[1], device,
+                                                   handle)
+        pointers = (cu_q[0], cu_k[0], None, None, alibi, sink, None, 0)
+    # cu_q and cu_k hold their capsules (keepalive) through the call.
     return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
                    workspace)
 
@@ -942,39 +945,52 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         ``(batch, seqlen_q, heads_q, head_dim_v)``; with ``return_lse`` also the float32
         ``(batch, heads_q, seqlen_q)`` LSE.
     """
-    shape = getattr(q, "shape", ())
-    batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
     if block_table is None:
         mode, extra, table = "kvcache", (), None
     else:
         table = _tensors.describe_aux(block_table, "block_table", "int32")
-        table_shape = table[1]
-        if len(table_shape) != 2 or table_shape[0] != batch:
-            raise ValueError(f"block_table has shape {tuple(table_shape)}; expected ({batch}, "
+        if len(table[1]) != 2:
+            raise ValueError(f"block_table has shape {tuple(table[1])}; expected (batch, "
                              "max_pages_per_seq)")
-        mode, extra = "paged", (table_shape[1],)
-    features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_splits,
-                         extra)
+        mode, extra = "paged", (table[1][1],)
+    if (window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None
+            and type(num_splits) is int and num_splits == 0):
+        features = (mode, _NO_WINDOW, 0.0, 0, False, 0, extra)  # _features(), 0.2 us less
+    else:
+        shape = getattr(q, "shape", ())
+        batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
+        features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q,
+                             num_splits, extra)
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k_cache, v_cache, out, return_lse,
                                                           stream, causal, softmax_scale, kernel,
                                                           "bshd", features)
+    batch = tq.shape[0]
+    if table is not None and table[1][0] != batch:
+        raise ValueError(f"block_table has shape {tuple(table[1])}; expected ({batch}, "
+                         "max_pages_per_seq)")
     ctx = _contexts.get(tq.device) or _context(tq.device)
     plan = ctx._plans(key)
     if plan is None:
         return (o, lse) if return_lse else o
     device = tq.device
-    lens, keep_lens = _aux_pointer(cache_seqlens, "cache_seqlens", "int32", (batch,), device,
-                                   handle)
+    lens = _tensors.describe_aux(cache_seqlens, "cache_seqlens", "int32", handle)
+    if lens[1] != (batch,) or lens[2] != device:
+        _aux_mismatch("cache_seqlens", lens, (batch,), device)
     if table is None:
-        pages = keep_pages = None
+        pages = None
     else:
-        pages, keep_pages = _described_pointer(table, block_table, "block_table", None, device,
-                                               handle)
+        if table[3] is not None:  # a DLPack capsule, exported before the stream was known
+            table = _tensors.describe_aux(block_table, "block_table", "int32", handle)
+        if table[2] != device:
+            _aux_mismatch("block_table", table, table[1], device)
+        pages = table[0]
     if alibi_slopes is None and sinks is None:
-        pointers = (None, None, lens, pages, None, None)
+        pointers = (None, None, lens[0], pages, None, None, None, 0)
     else:
-        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, device, handle)
-        pointers = (None, None, lens, pages, alibi, sink)
+        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, tq.shape[2], device,
+                                                   handle)
+        pointers = (None, None, lens[0], pages, alibi, sink, None, 0)
+    # lens and table hold their capsules (keepalive) through the call.
     return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
                    workspace)
 
