@@ -1025,67 +1025,72 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     ta = _tensors.describe(o_a, "o_a", handle)
     if handle is None:
         handle = ta.stream
-    tb = _tensors.describe(o_b, "o_b", handle)
-    if len(ta.shape) != 4:
+    # As _prepare(): o_a read through its attributes gives its device's current stream.
+    known = (ta.device, ta.stream) if ta.library == "torch" and ta.keepalive is None else None
+    tb = _tensors.describe(o_b, "o_b", handle, known)
+    shape, strides, device = ta.shape, ta.strides, ta.device
+    if len(shape) != 4:
         raise ValueError(f"o_a must have 4 dimensions (batch, seqlen, heads, head_dim), got "
-                         f"shape {tuple(ta.shape)}")
+                         f"shape {tuple(shape)}")
     o, lse = out if out is not None else (None, None)
     if o is None:
         # o_a's strides: one set of strides describes o_a, o_b and o in fa_merge_config.
         o = _tensors.empty_strided_like(ta)
         if o is None:
-            o = _tensors.empty_like(ta, ta.shape)
+            o = _tensors.empty_like(ta, shape)
+        to = _tensors.describe_new(o, ta, "out", handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
-    to = _tensors.describe(o, "out", handle)
-    batch, seqlen, heads, dim = ta.shape
+    else:
+        to = _tensors.describe(o, "out", handle, known)
+    batch, seqlen, heads, dim = shape
+    rows = (batch, heads, seqlen)
     if lse is None:
-        lse = _tensors.empty_like(ta, (batch, heads, seqlen), float32=True)
+        lse = _tensors.empty_like(ta, rows, float32=True)
     elif _read_only(lse):
         raise ValueError("lse is read-only")
-    lses, keepalive = [], []
-    for name, arr in (("lse_a", lse_a), ("lse_b", lse_b), ("lse", lse)):
-        ptr, shape, device, keep = _tensors.describe_aux(arr, name, "float32", handle)
-        keepalive.append(keep)
-        if tuple(shape) != (batch, heads, seqlen) or device != ta.device:
-            raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = "
-                             f"{(batch, heads, seqlen)} on o_a's device, got {tuple(shape)}")
-        lses.append(ptr)
-    _check_last_contiguous((("o_a", (ta.shape, ta.strides, None, None)),
-                            ("o_b", (tb.shape, tb.strides, None, None)),
-                            ("out", (to.shape, to.strides, None, None))))
+    # Each described array holds its DLPack capsule, if any, through the call.
+    la = _tensors.describe_aux(lse_a, "lse_a", "float32", handle)
+    lb = _tensors.describe_aux(lse_b, "lse_b", "float32", handle)
+    lo = _tensors.describe_aux(lse, "lse", "float32", handle)
+    for name, described in (("lse_a", la), ("lse_b", lb), ("lse", lo)):
+        if described[1] != rows or described[2] != device:
+            raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = {rows} on o_a's "
+                             f"device, got {tuple(described[1])}")
+    # o_b and out have o_a's strides (checked next), so o_a's last stride speaks for all three.
+    if strides[3] != 1 and shape[3] > 1:
+        raise ValueError(f"o_a: the last dimension must be contiguous (stride {strides[3]})")
     for name, t in (("o_b", tb), ("out", to)):
-        if tuple(t.shape) != tuple(ta.shape) or tuple(t.strides) != tuple(ta.strides):
-            raise ValueError(f"{name} must have o_a's shape and strides {tuple(ta.shape)}, "
-                             f"{tuple(ta.strides)}")
-        if t.dtype != ta.dtype or t.device != ta.device:
+        if t.shape != shape or t.strides != strides:
+            raise ValueError(f"{name} must have o_a's shape and strides {tuple(shape)}, "
+                             f"{tuple(strides)}")
+        if t.dtype != ta.dtype or t.device != device:
             raise ValueError(f"{name} must have o_a's dtype and device")
-    if batch * seqlen * heads * dim == 0:
+    if 0 in shape:
         return o, lse
-    ctx = _contexts.get(ta.device) or _context(ta.device)
+    ctx = _contexts.get(device) or _context(device)
     # Held through the call: another thread may drop it from the cache meanwhile.
-    cfg = _merge_config(ta.dtype, batch, seqlen, heads, dim, *ta.strides[:3])
-    status = ctx._owner.merge(ctx._handle, cfg[1], ta.ptr, lses[0], tb.ptr, lses[1], to.ptr,
-                              lses[2], None if ta.device == _ffi.FA_DEVICE_CPU else handle)
-    del keepalive  # the capsules kept lse_a, lse_b and lse alive through the call
+    cfg = _merge_config(ta.dtype, shape, strides)
+    status = ctx._owner.merge(ctx._handle, cfg[1], ta.ptr, la[0], tb.ptr, lb[0], to.ptr, lo[0],
+                              None if device == _ffi.FA_DEVICE_CPU else handle)
     if status:
         check(status)
     return o, lse
 
 
-# One fa_merge_config per merge shape, built once (a struct, its init call and eight checked
-# fields cost 7 us a call on the CI machine, and declaring fa_merge_states per call, which the
-# context's _Owner now holds, 6 more) and only read by the library afterwards, so threads
-# share it.
+# One fa_merge_config per merge shape and strides, built once (a struct, its init call and
+# eight checked fields cost 7 us a call on the CI machine, and declaring fa_merge_states per
+# call, which the context's _Owner now holds, 6 more) and only read by the library afterwards,
+# so threads share it. Keyed by the shape and strides tuples as the arrays give them: hashing
+# three arguments costs 0.3 us less than unpacking them into eight.
 @functools.lru_cache(maxsize=_PLANS_PER_CONTEXT)
-def _merge_config(dtype, batch, seqlen, heads, dim, batch_stride, seq_stride, head_stride):
+def _merge_config(dtype, shape, strides):
     """(fa_merge_config, its address) of one merge."""
     cfg = _ffi.fa_merge_config()
     check(_ffi.lib().fa_merge_config_init(ctypes.byref(cfg)))
     cfg.dtype = dtype
-    cfg.batch, cfg.seqlen, cfg.heads, cfg.head_dim = batch, seqlen, heads, dim
-    cfg.o_batch_stride, cfg.o_seq_stride, cfg.o_head_stride = (batch_stride, seq_stride,
-                                                               head_stride)
+    cfg.batch, cfg.seqlen, cfg.heads, cfg.head_dim = shape
+    cfg.o_batch_stride, cfg.o_seq_stride, cfg.o_head_stride = strides[:3]
     return cfg, ctypes.addressof(cfg)
 
 
