@@ -292,6 +292,7 @@ _Key = collections.namedtuple("_Key", "layout causal softmax_scale kernel q k v 
 _Features = collections.namedtuple("_Features", "mode window softcap alibi sinks num_splits extra")
 _NO_WINDOW = (-1, -1)  # the functions' default, recognised by identity: no parsing
 _DENSE = _Features("dense", _NO_WINDOW, 0.0, 0, False, 0, ())
+_KVCACHE = ("kvcache", _NO_WINDOW, 0.0, 0, False, 0, ())  # forward_kvcache's defaults
 
 
 def _config(key):
@@ -622,23 +623,6 @@ def _run_args():
         return _thread.run_args
 
 
-def _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, workspace):
-    """Runs `key`'s plan on the described arrays of a call without run-time arrays (forward()
-    without ALiBi or sinks); `workspace` is the caller's float32 scratch array, or None."""
-    ctx = _contexts.get(tq.device) or _context(tq.device)
-    plan = ctx._plans(key)
-    if plan is None:
-        return (o, lse) if return_lse else o
-    if workspace is None and not plan.workspace:
-        status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
-                                None if tlse is None else tlse.ptr, None, 0, handle)
-        if status:
-            check(status)
-        return (o, lse) if return_lse else o
-    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, _NO_AUX,
-                   workspace)
-
-
 def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
             workspace):
     """Runs `plan` through fa_plan_run_ex. `pointers` are fa_run_args' fields after struct_size
@@ -814,7 +798,20 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream,
                                                               causal, softmax_scale, kernel,
                                                               layout)
-        return _run(tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, workspace)
+        ctx = _contexts.get(tq.device) or _context(tq.device)
+        plan = ctx._plans(key)
+        if plan is None:
+            return (o, lse) if return_lse else o
+        if workspace is not None or plan.workspace:
+            return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                           _NO_AUX, workspace)
+        # fa_plan_run here rather than in a helper: a Python frame with eleven arguments cost
+        # 0.2 us of the 9 a call took on the CI machine (numpy, the C call stubbed).
+        status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                                None if tlse is None else tlse.ptr, None, 0, handle)
+        if status:
+            check(status)
+        return (o, lse) if return_lse else o
     shape = getattr(q, "shape", (0, 0, 0, 0))
     seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
     heads_q = shape[heads] if len(shape) == 4 else 0
@@ -900,8 +897,20 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                                                    handle)
         pointers = (cu_q[0], cu_k[0], None, None, alibi, sink, None, 0)
     # cu_q and cu_k hold their capsules (keepalive) through the call.
-    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
-                   workspace)
+    if workspace is not None or plan.workspace:
+        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                       pointers, workspace)
+    # _run_ex() inline without its workspace, as in forward_kvcache().
+    try:
+        words, address = _thread.run_args
+    except AttributeError:
+        words, address = _run_args()
+    words[1:] = pointers
+    status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                               None if tlse is None else tlse.ptr, address, handle)
+    if status:
+        check(status)
+    return (o, lse) if return_lse else o
 
 
 def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
@@ -955,7 +964,9 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         mode, extra = "paged", (table[1][1],)
     if (window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None
             and type(num_splits) is int and num_splits == 0):
-        features = (mode, _NO_WINDOW, 0.0, 0, False, 0, extra)  # _features(), 0.2 us less
+        # _features() inline (0.2 us less); the contiguous cache's is one object, which the plan
+        # cache's lookup compares by identity (0.1 us less than a new tuple's items).
+        features = _KVCACHE if table is None else ("paged", _NO_WINDOW, 0.0, 0, False, 0, extra)
     else:
         shape = getattr(q, "shape", ())
         batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
@@ -991,8 +1002,21 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
                                                    handle)
         pointers = (None, None, lens[0], pages, alibi, sink, None, 0)
     # lens and table hold their capsules (keepalive) through the call.
-    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
-                   workspace)
+    if workspace is not None or plan.workspace:
+        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                       pointers, workspace)
+    # _run_ex() inline without its workspace: a Python frame of fourteen arguments cost 0.25
+    # us of the 11 a call took on the CI machine (numpy, the C call stubbed).
+    try:
+        words, address = _thread.run_args
+    except AttributeError:
+        words, address = _run_args()
+    words[1:] = pointers
+    status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                               None if tlse is None else tlse.ptr, address, handle)
+    if status:
+        check(status)
+    return (o, lse) if return_lse else o
 
 
 def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
@@ -1053,29 +1077,47 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     la = _tensors.describe_aux(lse_a, "lse_a", "float32", handle)
     lb = _tensors.describe_aux(lse_b, "lse_b", "float32", handle)
     lo = _tensors.describe_aux(lse, "lse", "float32", handle)
-    for name, described in (("lse_a", la), ("lse_b", lb), ("lse", lo)):
-        if described[1] != rows or described[2] != device:
-            raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = {rows} on o_a's "
-                             f"device, got {tuple(described[1])}")
+    # The checks as conditions, their messages in _merge_mismatch(): loops over (name, array)
+    # pairs cost 0.4 us a call on the CI machine.
+    if (la[1] != rows or lb[1] != rows or lo[1] != rows or la[2] != device
+            or lb[2] != device or lo[2] != device):
+        _merge_mismatch(ta, tb, to, la, lb, lo)
     # o_b and out have o_a's strides (checked next), so o_a's last stride speaks for all three.
     if strides[3] != 1 and shape[3] > 1:
         raise ValueError(f"o_a: the last dimension must be contiguous (stride {strides[3]})")
-    for name, t in (("o_b", tb), ("out", to)):
-        if t.shape != shape or t.strides != strides:
-            raise ValueError(f"{name} must have o_a's shape and strides {tuple(shape)}, "
-                             f"{tuple(strides)}")
-        if t.dtype != ta.dtype or t.device != device:
-            raise ValueError(f"{name} must have o_a's dtype and device")
+    dtype = ta.dtype
+    if (tb.shape != shape or tb.strides != strides or tb.dtype != dtype or tb.device != device
+            or to.shape != shape or to.strides != strides or to.dtype != dtype
+            or to.device != device):
+        _merge_mismatch(ta, tb, to, la, lb, lo)
     if 0 in shape:
         return o, lse
     ctx = _contexts.get(device) or _context(device)
     # Held through the call: another thread may drop it from the cache meanwhile.
-    cfg = _merge_config(ta.dtype, shape, strides)
+    cfg = _merge_config(dtype, shape, strides)
     status = ctx._owner.merge(ctx._handle, cfg[1], ta.ptr, la[0], tb.ptr, lb[0], to.ptr, lo[0],
                               None if device == _ffi.FA_DEVICE_CPU else handle)
     if status:
         check(status)
     return o, lse
+
+
+def _merge_mismatch(ta, tb, to, la, lb, lo):
+    """Raises the ValueError for the first array of a merge that does not fit o_a: an lse that is
+    not (batch, heads, seqlen) on o_a's device, or o_b or out without o_a's shape, strides,
+    dtype and device."""
+    batch, seqlen, heads, _ = ta.shape
+    rows = (batch, heads, seqlen)
+    for name, described in (("lse_a", la), ("lse_b", lb), ("lse", lo)):
+        if described[1] != rows or described[2] != ta.device:
+            raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = {rows} on o_a's "
+                             f"device, got {tuple(described[1])}")
+    for name, t in (("o_b", tb), ("out", to)):
+        if t.shape != ta.shape or t.strides != ta.strides:
+            raise ValueError(f"{name} must have o_a's shape and strides {tuple(ta.shape)}, "
+                             f"{tuple(ta.strides)}")
+        if t.dtype != ta.dtype or t.device != ta.device:
+            raise ValueError(f"{name} must have o_a's dtype and device")
 
 
 # One fa_merge_config per merge shape and strides, built once (a struct, its init call and
