@@ -605,7 +605,7 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 # machine, each further pointer 1 more; the slice assignment takes 0.25.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _RUN_WORDS = ctypes.sizeof(_ffi.fa_run_args) // _WORD
-_NO_AUX = (None,) * 6 + (0,)  # no array, workspace_size 0
+_NO_AUX = (None,) * 7 + (0,)  # no array, no workspace, workspace_size 0
 _thread = threading.local()
 
 
@@ -805,8 +805,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         if workspace is not None or plan.workspace:
             return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                            _NO_AUX, workspace)
-        # fa_plan_run here rather than in a helper: a Python frame with eleven arguments cost
-        # 0.2 us of the 9 a call took on the CI machine (numpy, the C call stubbed).
+        # fa_plan_run here rather than in a helper: a Python frame of eleven arguments costs
+        # 0.1 us of the 9 a call takes on the CI machine (numpy, the C call stubbed).
         status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
                                 None if tlse is None else tlse.ptr, None, 0, handle)
         if status:
@@ -871,7 +871,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     batch = cu_shape[0] - 1
     extra = (batch, _int64("max_seqlen_q", max_seqlen_q), _int64("max_seqlen_k", max_seqlen_k))
     if window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None:
-        features = ("varlen", _NO_WINDOW, 0.0, 0, False, 0, extra)  # _features(), 0.2 us less
+        features = ("varlen", _NO_WINDOW, 0.0, 0, False, 0, extra)  # _features(), 0.1 us less
     else:
         heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
         features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
@@ -959,13 +959,14 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     else:
         table = _tensors.describe_aux(block_table, "block_table", "int32")
         if len(table[1]) != 2:
-            raise ValueError(f"block_table has shape {tuple(table[1])}; expected (batch, "
-                             "max_pages_per_seq)")
+            shape = getattr(q, "shape", ())
+            raise ValueError(f"block_table has shape {tuple(table[1])}; expected "
+                             f"({shape[0] if len(shape) == 4 else 0}, max_pages_per_seq)")
         mode, extra = "paged", (table[1][1],)
     if (window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None
             and type(num_splits) is int and num_splits == 0):
-        # _features() inline (0.2 us less); the contiguous cache's is one object, which the plan
-        # cache's lookup compares by identity (0.1 us less than a new tuple's items).
+        # _features() inline (0.1 us less); the contiguous cache's is one object, which the plan
+        # cache's lookup compares by identity (0.04 us less than a new tuple's items).
         features = _KVCACHE if table is None else ("paged", _NO_WINDOW, 0.0, 0, False, 0, extra)
     else:
         shape = getattr(q, "shape", ())
@@ -1005,8 +1006,8 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     if workspace is not None or plan.workspace:
         return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                        pointers, workspace)
-    # _run_ex() inline without its workspace: a Python frame of fourteen arguments cost 0.25
-    # us of the 11 a call took on the CI machine (numpy, the C call stubbed).
+    # _run_ex() inline without its workspace: its frame of fourteen arguments and its workspace
+    # tests cost 0.15 us of the 11 a call takes on the CI machine (numpy, the C call stubbed).
     try:
         words, address = _thread.run_args
     except AttributeError:
@@ -1078,7 +1079,7 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     lb = _tensors.describe_aux(lse_b, "lse_b", "float32", handle)
     lo = _tensors.describe_aux(lse, "lse", "float32", handle)
     # The checks as conditions, their messages in _merge_mismatch(): loops over (name, array)
-    # pairs cost 0.4 us a call on the CI machine.
+    # pairs cost 0.3 us a call on the CI machine.
     if (la[1] != rows or lb[1] != rows or lo[1] != rows or la[2] != device
             or lb[2] != device or lo[2] != device):
         _merge_mismatch(ta, tb, to, la, lb, lo)
@@ -1124,7 +1125,7 @@ def _merge_mismatch(ta, tb, to, la, lb, lo):
 # eight checked fields cost 7 us a call on the CI machine, and declaring fa_merge_states per
 # call, which the context's _Owner now holds, 6 more) and only read by the library afterwards,
 # so threads share it. Keyed by the shape and strides tuples as the arrays give them: hashing
-# three arguments costs 0.3 us less than unpacking them into eight.
+# three arguments costs 0.15 us less than unpacking them into eight.
 @functools.lru_cache(maxsize=_PLANS_PER_CONTEXT)
 def _merge_config(dtype, shape, strides):
     """(fa_merge_config, its address) of one merge."""
