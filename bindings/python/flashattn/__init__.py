@@ -119,13 +119,6 @@ def _integer(name, value, bounds=_INT64):
     return value
 
 
-def _int64(name, value):
-    """_integer(name, value) with a fast path for a Python int in range (0.1 us, not 0.5)."""
-    if type(value) is int and _INT64[0] <= value <= _INT64[1]:
-        return value
-    return _integer(name, value)
-
-
 def _flag(name, value):
     """A flag: True or False, or a numpy bool; anything else ("False", 0, None) is a TypeError
     rather than a truth value."""
@@ -869,7 +862,13 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if len(cu_shape) != 1 or cu_shape[0] < 1:
         raise ValueError(f"cu_seqlens_q must have shape (batch + 1,), got {tuple(cu_shape)}")
     batch = cu_shape[0] - 1
-    extra = (batch, _int64("max_seqlen_q", max_seqlen_q), _int64("max_seqlen_k", max_seqlen_k))
+    extra = (batch, max_seqlen_q, max_seqlen_k)
+    # A Python int in range passes as it is; anything else gets _integer()'s checks (two
+    # frames fewer a call than checking each, 0.2 us).
+    if not (type(max_seqlen_q) is int and type(max_seqlen_k) is int
+            and _INT64[0] <= max_seqlen_q <= _INT64[1] and _INT64[0] <= max_seqlen_k <= _INT64[1]):
+        extra = (batch, _integer("max_seqlen_q", max_seqlen_q),
+                 _integer("max_seqlen_k", max_seqlen_k))
     if window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None:
         features = ("varlen", _NO_WINDOW, 0.0, 0, False, 0, extra)  # _features(), 0.1 us less
     else:

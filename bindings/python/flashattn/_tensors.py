@@ -183,24 +183,6 @@ def _torch_reader():
     return _torch
 
 
-def _from_torch(t, stream, reader, known=None):
-    """A CUDA tensor read through its attributes, or None where only __dlpack__ gives the right
-    answer or error: another device type or dtype, a tensor that requires grad or has the
-    negative bit set (DLPack refuses or resolves those), a sparse or nested layout, or a stream
-    other than the tensor's current one (DLPack makes that stream wait for the current one).
-    `known` is (device, current stream) read off another tensor of the call, or None."""
-    code = reader.codes.get(t.dtype)
-    if (code is None or not t.is_cuda or t.requires_grad or t.layout is not reader.strided
-            or t.is_nested or t.is_neg()):
-        return None
-    device = t.get_device()
-    current = known[1] if known is not None and known[0] == device else \
-        reader.current_stream(device)
-    if stream is not None and (0 if stream == _LEGACY_STREAM else stream) != current:
-        return None
-    return _tensor((t.data_ptr(), t.shape, t.stride(), code, device, "torch", t, current, None))
-
-
 # ---- DLPack and the CUDA array interface ----------------------------------------------------------
 
 def _from_dlpack(obj, name, stream):
@@ -280,9 +262,21 @@ def describe(obj, name, stream=None, known=None):
         if reader is not None and type(obj) is not reader.tensor:
             reader = None
     if reader is not None:
-        t = _from_torch(obj, stream, reader, known)
-        if t is not None:
-            return t
+        # A CUDA tensor read through its attributes, here rather than in a function of its own
+        # (a Python frame per array, three or four a call, is what a process with a frame hook
+        # multiplies). DLPack takes the others, where only __dlpack__ gives the right answer or
+        # error: another device type or dtype, a tensor that requires grad or has the negative
+        # bit set (DLPack refuses or resolves those), a sparse or nested layout, or a stream
+        # other than the tensor's current one (DLPack makes that stream wait for it).
+        code = reader.codes.get(obj.dtype)
+        if not (code is None or not obj.is_cuda or obj.requires_grad
+                or obj.layout is not reader.strided or obj.is_nested or obj.is_neg()):
+            device = obj.get_device()
+            current = known[1] if known is not None and known[0] == device else \
+                reader.current_stream(device)
+            if stream is None or (0 if stream == _LEGACY_STREAM else stream) == current:
+                return _tensor((obj.data_ptr(), obj.shape, obj.stride(), code, device, "torch",
+                                obj, current, None))
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return _from_dlpack(obj, name, stream)
     # Often a property that builds a new dict (1.3 us, as long as hasattr() takes): read it once.
@@ -337,8 +331,10 @@ def empty_like(t, shape, float32=False):
     if t.library == "torch":
         # new_empty keeps the device and dtype without parsing them again (1 us less than
         # torch.empty with keywords).
-        return obj.new_empty(shape, dtype=_torch_reader().module.float32) if float32 \
-            else obj.new_empty(shape)
+        if not float32:
+            return obj.new_empty(shape)
+        reader = _torch if _torch is not None and type(obj) is _torch.tensor else _torch_reader()
+        return obj.new_empty(shape, dtype=reader.module.float32)
     if t.library == "cupy":
         cupy = sys.modules["cupy"]
         with obj.device:  # cupy.empty allocates on the current device, which may not be t's
