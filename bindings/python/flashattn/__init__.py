@@ -526,8 +526,8 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
                              "1/sqrt(head_dim)")
     if o is None:
         # out is q's shape with v's last dimension (head_dim_v).
-        o = _tensors.empty_like(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]))
-        to = _tensors.describe_new(o, tq, "out", handle)
+        o, to = _tensors.new_output(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]), "out",
+                                    handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
     else:
@@ -538,8 +538,7 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
         expected = ((tq.shape[1], tq.shape[0]) if varlen else
                     (tq.shape[0], tq.shape[heads], tq.shape[seq]))
         if lse is None:
-            lse = _tensors.empty_like(tq, expected, float32=True)
-            tlse = _tensors.describe_new(lse, tq, "lse", handle)
+            lse, tlse = _tensors.new_output(tq, expected, "lse", handle, float32=True)
         elif _read_only(lse):
             raise ValueError("lse is read-only")
         else:

@@ -356,6 +356,25 @@ def describe_new(obj, t, name, stream):
     return describe(obj, name, stream)
 
 
+def new_output(t, shape, name, stream, float32=False):
+    """(array, Tensor): empty_like(t, shape, float32) described as describe_new() does, in one
+    Python frame where those two take two (PyTorch) or three (numpy): an output allocated on
+    every call."""
+    obj = t.obj
+    if t.library == "torch" and t.keepalive is None:
+        reader = _torch if _torch is not None and type(obj) is _torch.tensor else _torch_reader()
+        arr = obj.new_empty(shape, dtype=reader.module.float32) if float32 else \
+            obj.new_empty(shape)
+        return arr, _tensor((arr.data_ptr(), arr.shape, arr.stride(), reader.codes[arr.dtype],
+                             t.device, "torch", arr, t.stream, None))
+    if t.library == "numpy":
+        numpy = sys.modules["numpy"]
+        arr = numpy.empty(shape, dtype=numpy.float32 if float32 else obj.dtype)
+        return arr, _from_numpy(arr, name)
+    arr = empty_like(t, shape, float32)
+    return arr, describe(arr, name, stream)
+
+
 def empty_scratch(t, floats, stream):
     """(array, address) of a new float32 array of `floats` elements allocated by t's library on
     t's device: split-KV scratch."""

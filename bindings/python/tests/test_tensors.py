@@ -149,11 +149,15 @@ def test_a_known_current_stream_is_not_read_again(torch, monkeypatch):
 
 
 def test_new_outputs_are_described_as_describe_does(torch):
-    """describe_new() reads a just-allocated PyTorch output through three attributes; what it
-    returns is what describe() returns, for out (q's dtype) and lse (float32)."""
+    """describe_new() and new_output() read a just-allocated PyTorch output through three
+    attributes; what they return is what describe() returns, for out (q's dtype) and lse
+    (float32)."""
     q = _tensors.describe(torch.Tensor(), "q")
     for shape, float32 in (((1, 16, 2, 64), False), ((1, 2, 16), True)):
         new = _tensors.empty_like(q, shape, float32=float32)
         fast = _tensors.describe_new(new, q, "out", q.stream)
         assert fast == _tensors.describe(new, "out", q.stream)
+        assert fast.dtype == (_ffi.FA_DTYPE_FP32 if float32 else _ffi.FA_DTYPE_BF16)
+        new, fast = _tensors.new_output(q, shape, "out", q.stream, float32)
+        assert fast == _tensors.describe(new, "out", q.stream) and tuple(fast.shape) == shape
         assert fast.dtype == (_ffi.FA_DTYPE_FP32 if float32 else _ffi.FA_DTYPE_BF16)
