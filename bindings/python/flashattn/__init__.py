@@ -639,7 +639,8 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
         # capture a block of the graph's private pool). A producer this package cannot
         # allocate with runs unsplit when the split was the library's own choice.
         try:
-            keepalive, ptr = _tensors.empty_scratch(tq, (plan.workspace + 3) // 4, handle)
+            keepalive, ptr = _tensors.empty_float32(tq, ((plan.workspace + 3) // 4,),
+                                                    "workspace", handle)
         except TypeError:
             if key[0][5] > 1:  # a forced num_splits
                 raise
@@ -1058,24 +1059,25 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     o, lse = out if out is not None else (None, None)
     if o is None:
         # o_a's strides: one set of strides describes o_a, o_b and o in fa_merge_config.
-        o = _tensors.empty_strided_like(ta)
-        if o is None:
-            o = _tensors.empty_like(ta, shape)
-        to = _tensors.describe_new(o, ta, "out", handle)
+        o, to = _tensors.new_strided_output(ta, "out", handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
     else:
         to = _tensors.describe(o, "out", handle, known)
     batch, seqlen, heads, dim = shape
     rows = (batch, heads, seqlen)
+    # Each described array holds its DLPack capsule, if any, through the call.
     if lse is None:
-        lse = _tensors.empty_like(ta, rows, float32=True)
+        # Dense float32 (batch, heads, seqlen) on o_a's device by construction: its address is
+        # all there is to read.
+        lse, address = _tensors.empty_float32(ta, rows, "lse", handle)
+        lo = (address, rows, device, None)
     elif _read_only(lse):
         raise ValueError("lse is read-only")
-    # Each described array holds its DLPack capsule, if any, through the call.
+    else:
+        lo = _tensors.describe_aux(lse, "lse", "float32", handle)
     la = _tensors.describe_aux(lse_a, "lse_a", "float32", handle)
     lb = _tensors.describe_aux(lse_b, "lse_b", "float32", handle)
-    lo = _tensors.describe_aux(lse, "lse", "float32", handle)
     # The checks as conditions, their messages in _merge_mismatch(): loops over (name, array)
     # pairs cost 0.3 us a call on the CI machine.
     if (la[1] != rows or lb[1] != rows or lo[1] != rows or la[2] != device
