@@ -331,10 +331,8 @@ def empty_like(t, shape, float32=False):
     if t.library == "torch":
         # new_empty keeps the device and dtype without parsing them again (1 us less than
         # torch.empty with keywords).
-        if not float32:
-            return obj.new_empty(shape)
-        reader = _torch if _torch is not None and type(obj) is _torch.tensor else _torch_reader()
-        return obj.new_empty(shape, dtype=reader.module.float32)
+        return obj.new_empty(shape, dtype=_torch_reader().module.float32) if float32 \
+            else obj.new_empty(shape)
     if t.library == "cupy":
         cupy = sys.modules["cupy"]
         with obj.device:  # cupy.empty allocates on the current device, which may not be t's
@@ -357,9 +355,9 @@ def describe_new(obj, t, name, stream):
 
 
 def new_output(t, shape, name, stream, float32=False):
-    """(array, Tensor): empty_like(t, shape, float32) described as describe_new() does, in one
-    Python frame where those two take two (PyTorch) or three (numpy): an output allocated on
-    every call."""
+    """(array, Tensor): empty_like(t, shape, float32) described as describe_new() does, for the
+    outputs a call allocates: one Python frame for PyTorch (two before), two for numpy with
+    _from_numpy (three)."""
     obj = t.obj
     if t.library == "torch" and t.keepalive is None:
         reader = _torch if _torch is not None and type(obj) is _torch.tensor else _torch_reader()
@@ -396,8 +394,8 @@ def empty_float32(t, shape, name, stream):
 
 
 def new_strided_output(t, name, stream):
-    """(array, Tensor): empty_strided_like(t) described as describe_new() does, in one Python
-    frame for a PyTorch tensor or a C-contiguous numpy array (three before)."""
+    """(array, Tensor): empty_strided_like(t) described as describe_new() does: one Python
+    frame for a PyTorch tensor (two before), two for a C-contiguous numpy array (four)."""
     obj = t.obj
     if t.library == "torch" and t.keepalive is None:
         arr = obj.new_empty_strided(tuple(t.shape), tuple(t.strides))
