@@ -122,23 +122,17 @@ def _numpy_code(dtype, name):
     return _numpy_codes[dtype]
 
 
-def _numpy_address(arr):
-    """The address of arr's first element. A writable contiguous array lends its buffer to a
-    ctypes object (0.5 us on the CI machine); arr.ctypes builds a helper object (1.5 us), taken
-    for the others (read-only, strided or empty: from_buffer refuses them)."""
-    try:
-        return _addressof(_c_char.from_buffer(arr))
-    except (TypeError, ValueError, BufferError):
-        return arr.ctypes.data
-
-
+# A writable contiguous array lends its buffer to a ctypes object, whose address is the array's
+# (0.5 us on the CI machine); arr.ctypes builds a helper object (1.5 us), taken for the others
+# (read-only, strided or empty: from_buffer refuses them).
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 
 
 def _from_numpy(arr, name):
     dtype = arr.dtype
     code, itemsize = _numpy_codes.get(dtype) or _numpy_code(dtype, name)
-    # _numpy_address() and _element_strides() inline: two Python frames less per array.
+    # The address (see _addressof) and _element_strides() inline: two Python frames less
+    # per array.
     try:
         ptr = _addressof(_c_char.from_buffer(arr))
     except (TypeError, ValueError, BufferError):
