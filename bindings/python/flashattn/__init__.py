@@ -592,7 +592,8 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 # fa_run_args as machine words (every field is 8 bytes on the 64-bit platforms the library
 # builds for), filled by one slice assignment of the fields after struct_size, in the struct's
 # order: cu_seqlens_q, cu_seqlens_k, cache_seqlens, block_table, alibi_slopes, sinks, workspace,
-# workspace_size. Each thread fills its own struct (_run_args): building a fa_run_args per call,
+# workspace_size (words 1-8). Words 9-11, the FP8 descale pointers appended in 0.3.0, stay the
+# NULL that fa_run_args_init wrote: no entry point here takes FP8 arrays yet. Each thread fills its own struct (_run_args): building a fa_run_args per call,
 # initialising it through ctypes and setting one pointer with ctypes.cast took 5 us on the CI
 # machine, each further pointer 1 more; the slice assignment takes 0.25.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
@@ -650,7 +651,7 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
         words, address = _thread.run_args
     except AttributeError:  # _run_args() inline: one Python frame less per call
         words, address = _run_args()
-    words[1:] = pointers
+    words[1:9] = pointers
     status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
                                None if tlse is None else tlse.ptr, address, handle)
     del keepalive  # the run has read the workspace (a GPU run: enqueued it)
@@ -904,7 +905,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         words, address = _thread.run_args
     except AttributeError:
         words, address = _run_args()
-    words[1:] = pointers
+    words[1:9] = pointers
     status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
                                None if tlse is None else tlse.ptr, address, handle)
     if status:
@@ -1011,7 +1012,7 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         words, address = _thread.run_args
     except AttributeError:
         words, address = _run_args()
-    words[1:] = pointers
+    words[1:9] = pointers
     status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
                                None if tlse is None else tlse.ptr, address, handle)
     if status:
