@@ -2,12 +2,17 @@
 # Build, test, sanitise and benchmark on the GPU machine in one call (device minutes are scarce).
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
-# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged example memcheck racecheck
+# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged context_parallel example
+#        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
 #        sm90_paged_synccheck python_gpu rust_device
 #        compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec
 #        chunked_prefill varlen copy python_overhead
-# (gpu_features and sm90_paged are parts of gpu_tests, for calls that need only them.)
+# (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
+# are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
+# ring_example (asked for by name only) runs examples/context_parallel/ring_attention.cpp as one
+# rank (WORLD_SIZE=1: NCCL set up, no transfer; its check against single-GPU attention) and
+# needs FA_DEVICE_CMAKE_ARGS=-DFA_BUILD_CONTEXT_PARALLEL_EXAMPLE=ON; more ranks need more GPUs.
 # before_after times the built-in choice of this build against another commit's library, back to
 # back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
 # or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
@@ -62,7 +67,10 @@ step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" 
   --test-case="every registered kernel*"
 step gpu_features "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_features*"
 step sm90_paged "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
+step context_parallel "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_context_parallel*"
 step example "$build/examples/flashattn_example"
+step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attention" \
+  --seqlen-per-rank 16384 --iters 3
 # memcheck: a sample of the kernel tests, and every feature test (malformed indices included).
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests"
