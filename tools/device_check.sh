@@ -2,12 +2,18 @@
 # Build, test, sanitise and benchmark on the GPU machine in one call (device minutes are scarce).
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
-# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged example memcheck racecheck
+# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged context_parallel example
+#        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
 #        sm90_paged_synccheck python_gpu rust_device
 #        compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec
 #        chunked_prefill varlen copy python_overhead
-# (gpu_features and sm90_paged are parts of gpu_tests, for calls that need only them.)
+# (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
+# are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
+# ring_example and ring_py (asked for by name only) runs examples/context_parallel/ring_attention.cpp as one
+# rank (WORLD_SIZE=1: NCCL set up, no transfer; its check against single-GPU attention); asking
+# for it configures with -DFA_BUILD_CONTEXT_PARALLEL_EXAMPLE=ON (NCCL from NCCL_ROOT, else
+# PyTorch's NCCL package); more ranks need more GPUs.
 # before_after times the built-in choice of this build against another commit's library, back to
 # back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
 # or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
@@ -36,6 +42,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$
 cat "$out/gpu.txt"
 if want build; then
   steps="$steps configure "
+  if want ring_example; then
+    # The NCCL program builds only on request; where NCCL_ROOT is unset, PyTorch's NCCL package
+    # (nvidia-nccl-*: include/nccl.h, lib/libnccl.so.2) serves.
+    if [ -z "${NCCL_ROOT:-}" ]; then
+      NCCL_ROOT=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null ||
+                  dirname "$(dirname "$(find / -name nccl.h -path '*nccl*' 2>/dev/null | head -n 1)")")
+      export NCCL_ROOT
+    fi
+    echo "   NCCL_ROOT=$NCCL_ROOT"
+    FA_DEVICE_CMAKE_ARGS="${FA_DEVICE_CMAKE_ARGS:-} -DFA_BUILD_CONTEXT_PARALLEL_EXAMPLE=ON"
+  fi
   # FA_WARN_SPILLS: ptxas reports register spills here (the default build keeps them quiet).
   step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
     -DFA_WARN_SPILLS=ON ${FA_DEVICE_CMAKE_ARGS:-}
@@ -62,7 +79,14 @@ step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" 
   --test-case="every registered kernel*"
 step gpu_features "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_features*"
 step sm90_paged "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
+step context_parallel "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_context_parallel*"
 step example "$build/examples/flashattn_example"
+step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attention" \
+  --seqlen-per-rank 16384 --iters 3
+# ring_py (by name only): the torch.distributed script as one rank under torchrun.
+step ring_py env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
+  PYTHONPATH="$PWD/bindings/python" python3 -m torch.distributed.run --standalone \
+  --nproc-per-node 1 examples/context_parallel/ring_attention.py --seqlen-per-rank 16384 --iters 3
 # memcheck: a sample of the kernel tests, and every feature test (malformed indices included).
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests"

@@ -1,7 +1,7 @@
-// Ring attention over N ranks (context parallelism), written once for every way it runs: a
-// program with one process per GPU (each running its rank's steps), the one-process simulation
-// (simulate_ring below: every rank's work in turn, on any fa context) and, mirrored line for
-// line, ring_schedule.py.
+// Ring attention over N ranks (context parallelism), written once for every way it runs: the
+// NCCL example (ring_attention.cpp, one process per GPU), the one-process simulation
+// (simulate_ring below: every rank's work in turn, on any fa context: the CPU backend in CI, one
+// GPU on the device) and, mirrored line for line, ring_schedule.py.
 //
 // The sequence (seqlen rows) is cut into chunks and each rank holds the same rows of Q, K and V:
 //   - contiguous: N chunks, rank r holds chunk r;

@@ -1,6 +1,6 @@
 """Ring attention's schedule, mirroring ring_schedule.hpp (read its header comment for the scheme),
 and the one-process simulation of the ring on numpy arrays (the CPU backend) or any arrays
-flashattn takes.
+flashattn takes. ring_attention.py runs the same schedule over torch.distributed with NCCL.
 
 Layouts: "contiguous" (N chunks, rank r holds chunk r) or "zigzag" (2N chunks, rank r holds
 chunks r and 2N-1-r, so every rank does the same causal work). Chunk lengths differ by at most

@@ -1,5 +1,5 @@
-// The ring-attention schedule of examples/context_parallel (ring_schedule.hpp) simulated rank by
-// rank on the CPU backend, against the float64 reference of
+// The ring-attention schedule of examples/context_parallel (ring_schedule.hpp, the code the NCCL
+// example runs) simulated rank by rank on the CPU backend, against the float64 reference of
 // single-device attention: N = 1..4 ranks, contiguous and zigzag shards, causal and not, GQA,
 // sequence lengths that N (or 2N) does not divide, fp32 and bf16.
 #include <doctest/doctest.h>

@@ -1,0 +1,157 @@
+"""Ring attention over N GPUs with PyTorch's torch.distributed (NCCL backend) and flashattn:
+the same schedule as ring_attention.cpp (ring_schedule.py), one process per GPU.
+
+    torchrun --nproc-per-node 2 examples/context_parallel/ring_attention.py --seqlen-per-rank 65536
+
+Each rank holds its shard of Q, K and V (zigzag by default: two mirrored chunks, so causal work
+is balanced); the held K/V shard goes to rank + 1 by batch_isend_irecv issued on a communication
+stream while the attention of the held shard runs on the compute stream (two buffers, events
+between the streams); flashattn.forward(..., return_lse=True) computes each partial result
+(tensors pass by DLPack / __cuda_array_interface__, on the current stream) and
+flashattn.merge_states combines them. Each rank then checks its rows against single-GPU
+attention of the whole sequence and prints the times.
+
+torch is imported in main() only, so the schedule and this file import without it.
+"""
+import argparse
+import functools
+import os
+
+import ring_schedule
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seqlen-per-rank", type=int, default=65536)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads-q", type=int, default=32)
+    p.add_argument("--heads-kv", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--causal", type=int, choices=(0, 1), default=1)
+    p.add_argument("--layout", choices=("zigzag", "contiguous"), default="zigzag")
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--check", type=int, choices=(0, 1), default=1)
+    return p.parse_args()
+
+
+def main():
+    import torch
+    import torch.distributed as dist
+
+    import flashattn
+
+    args = parse_args()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    s = ring_schedule.Schedule(args.seqlen_per_rank * world, world, args.layout,
+                               bool(args.causal))
+    b, hq, hkv, d = args.batch, args.heads_q, args.heads_kv, args.head_dim
+
+    # The whole inputs, the same on every rank (one seed), for the single-GPU check.
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(heads):
+        return torch.empty(b, s.seqlen, heads, d, device="cuda", dtype=torch.bfloat16).uniform_(
+            -1, 1, generator=gen)
+
+    q_full, k_full, v_full = rand(hq), rand(hkv), rand(hkv)
+    cat = functools.partial(torch.cat, dim=1)
+    q = ring_schedule.shard(s, rank, q_full, cat).contiguous()
+    own_k = ring_schedule.shard(s, rank, k_full, cat).contiguous()
+    own_v = ring_schedule.shard(s, rank, v_full, cat).contiguous()
+    o, o_scratch = torch.empty_like(q), torch.empty_like(q)
+
+    # Flat K/V buffers of the longest shard: a shard of n rows is their first b * n * hkv * d
+    # elements, one contiguous message for NCCL.
+    cap = b * s.max_shard_length() * hkv * d
+    kbuf = [torch.empty(cap, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    vbuf = [torch.empty(cap, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+
+    def view(buf, origin):
+        n = s.shard_length(origin)
+        return buf[:b * n * hkv * d].view(b, n, hkv, d)
+
+    compute, comm = torch.cuda.Stream(), torch.cuda.Stream()
+    timing = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    c0, c1, m0, m1 = ([timing() for _ in range(world)] for _ in range(4))
+    start, stop = timing(), timing()
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+
+    def ring():
+        lse = [None] * len(s.chunks(rank))
+        with torch.cuda.stream(compute):  # the own shard into the first buffer, not timed
+            view(kbuf[0], rank).copy_(own_k)
+            view(vbuf[0], rank).copy_(own_v)
+            start.record()
+        received = [compute.record_event(), None]
+        computed = [None, compute.record_event()]  # buffer 1 is free before step 0
+        cur = 0
+        for t in range(world):
+            if t + 1 < world:
+                with torch.cuda.stream(comm):
+                    comm.wait_event(received[cur])
+                    comm.wait_event(computed[cur ^ 1])
+                    m0[t].record()
+                    held, incoming = s.kv_origin(rank, t), s.kv_origin(rank, t + 1)
+                    ops = [dist.P2POp(dist.isend, view(kbuf[cur], held), nxt),
+                           dist.P2POp(dist.isend, view(vbuf[cur], held), nxt),
+                           dist.P2POp(dist.irecv, view(kbuf[cur ^ 1], incoming), prv),
+                           dist.P2POp(dist.irecv, view(vbuf[cur ^ 1], incoming), prv)]
+                    for req in dist.batch_isend_irecv(ops):
+                        req.wait()  # makes the comm stream wait for NCCL's
+                    m1[t].record()
+                    received[cur ^ 1] = comm.record_event()
+            with torch.cuda.stream(compute):
+                compute.wait_event(received[cur])
+                c0[t].record()
+                origin = s.kv_origin(rank, t)
+                ring_schedule.run_step(s, rank, t, q, view(kbuf[cur], origin),
+                                       view(vbuf[cur], origin), o, o_scratch, lse,
+                                       flashattn.forward, flashattn.merge_states)
+                c1[t].record()
+                computed[cur] = compute.record_event()
+            cur ^= 1
+        with torch.cuda.stream(compute):
+            stop.record()
+        torch.cuda.synchronize()
+
+    ring_ms = compute_ms = comm_ms = 0.0
+    for it in range(args.iters + 1):  # iteration 0 warms up (plans, NCCL connections)
+        ring()
+        if it:
+            ring_ms += start.elapsed_time(stop) / args.iters
+            compute_ms += sum(c0[t].elapsed_time(c1[t]) for t in range(world)) / args.iters
+            comm_ms += sum(m0[t].elapsed_time(m1[t]) for t in range(world - 1)) / args.iters
+    print(f"rank {rank}/{world}: {s.shard_length(rank)} rows ({args.layout}, "
+          f"{'causal' if args.causal else 'full'}), ring {ring_ms:.3f} ms: compute steps "
+          f"{compute_ms:.3f} ms, communication steps {comm_ms:.3f} ms (overlap hides "
+          f"{compute_ms + comm_ms - ring_ms:.3f} ms)", flush=True)
+
+    failed = False
+    if args.check:
+        single_ms = 0.0
+        for it in range(args.iters + 1):
+            start.record()
+            single = flashattn.forward(q_full, k_full, v_full, causal=bool(args.causal))
+            stop.record()
+            torch.cuda.synchronize()
+            if it:
+                single_ms += start.elapsed_time(stop) / args.iters
+        want = ring_schedule.shard(s, rank, single, cat).float()
+        err = (o.float() - want).abs()
+        # ring_attention.cpp's bound (its comment says why): (N + 2) 2^-8 (|O| + the rms of O
+        # over the row's heads and head_dim).
+        rms = want.pow(2).mean(dim=(2, 3), keepdim=True).sqrt()
+        bad = int((~(err <= (world + 2) * 2.0**-8 * (want.abs() + rms))).sum())
+        print(f"rank {rank}/{world}: single GPU {single_ms:.3f} ms over {s.seqlen} rows (ring "
+              f"speed-up {single_ms / ring_ms:.2f}x); max |ring - single| "
+              f"{err.max().item():.3g} (mean row rms of O {rms.mean().item():.3g}), {bad} of "
+              f"{err.numel()} outside the bf16 bound", flush=True)
+        failed = bad != 0
+    dist.destroy_process_group()
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
