@@ -306,7 +306,7 @@ def test_kvcache_varlen_merge_on_torch_cuda(page_size):
         per_seq = -(-capacity // page_size)
         table = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
         k_cache = np.zeros((batch * per_seq, page_size, hkv, d), np.float32)
-        v_cache = np.zeros((batch * per_seq, page_size, hkv, dv), np.float32)
+        v_cache = np.zeros((batch * per_seq, page_size, hkv, d), np.float32)
         for b in range(batch):
             pages = table[b]
             k_cache[pages] = k_dense[b].reshape(per_seq, page_size, hkv, d)
