@@ -8,8 +8,10 @@
 //
 // decode: one query row (or --sq rows, speculative decoding) per sequence against a KV cache of
 // --kv-lens rows per sequence, contiguous (page 0) or paged with shuffled pages; bf16, heads_q /
-// heads_kv query and K/V heads. Each point is a plan (workspace as the plan asks) timed over
-// --iters CUDA-event timings of 10 back-to-back launches after 3 warm-ups; the median counts. Bandwidth is the bytes a
+// heads_kv query and K/V heads, standard-normal values. Each point is a plan (workspace as the
+// plan asks) timed back to back in --iters windows of >= 200 ms (default 3); the median counts
+// (column us), beside the same step replayed from a CUDA graph (graph_us: the GPU's time alone)
+// and the host's issue time per call (host_us). Bandwidth is the bytes a
 // kernel must move (K and V of every visible row, Q, O) over that time. CSV on stdout.
 // varlen: a batch of random lengths in [--min-len, --max-len] (seeded) summing to about --tokens,
 // causal, d 128, heads 16, against one dense batch of equal work (sequences of the mean length
@@ -17,10 +19,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -48,33 +52,73 @@ struct DeviceBuffer {
   size_t bytes;
 };
 
-// Fills with small bf16 values (0x3C00 + noise: about 0.0078 +- a little) so softmax stays finite.
-void fill(DeviceBuffer& b) { check_cuda(cudaMemset(b.ptr, 0x3C, b.bytes), "cudaMemset"); }
+// Fills with standard-normal bf16 values: 2^20 of them drawn on the host (seeded), then repeated
+// by doubling device-to-device copies (a cache of 17 GB would take minutes to draw on the host;
+// the pattern repeats every 1024 cache rows at 8 x 128 per row, which no kernel can exploit).
+void fill(DeviceBuffer& b) {
+  size_t const n = std::min(b.bytes / 2, size_t{1} << 20);
+  std::vector<uint16_t> host(n);
+  std::mt19937 rng(static_cast<unsigned>(b.bytes));
+  std::normal_distribution<float> normal;
+  for (auto& x : host) {
+    float const f = normal(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);  // round to nearest even
+  }
+  check_cuda(cudaMemcpy(b.ptr, host.data(), n * 2, cudaMemcpyHostToDevice), "copy");
+  char* const base = static_cast<char*>(b.ptr);
+  for (size_t filled = n * 2; filled < b.bytes;) {
+    size_t const chunk = std::min(filled, b.bytes - filled);
+    check_cuda(cudaMemcpy(base + filled, base, chunk, cudaMemcpyDeviceToDevice), "copy");
+    filled += chunk;
+  }
+}
 
-// Median time of one launch, over `iters` timings of kBackToBack launches each: a decode step
-// takes tens of microseconds, about as long as the host needs to issue it (plan run, forward and
-// combine kernels), so a single launch between two events would time the host's issue gap too.
-// Back to back, as in a serving loop or a CUDA graph, the launches overlap the GPU's work.
-constexpr int kBackToBack = 10;
+// Median time of one launch over `windows` timings of back-to-back launches, each window at
+// least 200 ms long (its launch count calibrated on 10 launches after 3 warm-ups): a decode step
+// takes tens of microseconds, about as long as the host needs to issue it, so a single launch
+// between two events would time the host's issue gap too. Back to back, as in a serving loop,
+// the host's work overlaps the GPU's and whichever is longer counts.
+constexpr double kWindowMs = 200.0;
 
 template <class Launch>
-float median_ms(Launch&& launch, int iters) {
+float median_ms(Launch&& launch, int windows, cudaStream_t stream = nullptr) {
   cudaEvent_t start, stop;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> times;
-  for (int i = 0; i < iters; ++i) {
-    check_cuda(cudaEventRecord(start), "cudaEventRecord");
-    for (int r = 0; r < kBackToBack; ++r) launch();
-    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+  auto window = [&](int n) {
+    check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+    for (int r = 0; r < n; ++r) launch();
+    check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms / kBackToBack);
-  }
+    return ms / n;
+  };
+  for (int i = 0; i < 3; ++i) launch();
+  int const n = static_cast<int>(std::clamp(std::ceil(kWindowMs / window(10)), 10.0, 1e7));
+  std::vector<float> times;
+  for (int i = 0; i < windows; ++i) times.push_back(window(n));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Host microseconds one launch takes to issue: the median over 7 runs of 50 launches, timed on
+// the CPU with the GPU draining in between (so no launch waits on a full queue).
+template <class Launch>
+double host_us(Launch&& launch) {
+  std::vector<double> times;
+  for (int i = 0; i < 7; ++i) {
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    auto const t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < 50; ++r) launch();
+    auto const t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 50);
+  }
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -84,13 +128,13 @@ struct Args {
   std::vector<int> kv_lens = {4096, 8192, 16384, 32768, 65536, 131072};
   std::vector<int> sq = {1};
   std::vector<int> pages = {0};
-  int heads_q = 32, heads_kv = 8, head_dim = 128, splits = 0, iters = 30;
+  int heads_q = 32, heads_kv = 8, head_dim = 128, splits = 0, iters = 3;
   std::string kernel;
   int tokens = 32768, min_len = 100, max_len = 4000;
 };
 
 void decode(fa_context_t* ctx, Args const& a) {
-  std::printf("batch,kv_len,sq,page,splits,kernel,us,gbps\n");
+  std::printf("batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us\n");
   std::mt19937 rng(7);
   for (int page : a.pages) {
     for (int sq : a.sq) {
@@ -159,17 +203,36 @@ void decode(fa_context_t* ctx, Args const& a) {
           args.block_table = table.empty() ? nullptr : static_cast<int32_t const*>(table_d.ptr);
           args.workspace = workspace.ptr;
           args.workspace_size = ws;
-          float const ms = median_ms([&] {
+          auto const run = [&] {
             check(fa_plan_run_ex(plan, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, &args, nullptr), "run");
-          }, a.iters);
+          };
+          float const ms = median_ms(run, a.iters);
+          double const issue_us = host_us(run);
+          // The same step captured in a CUDA graph and replayed back to back: the GPU's time
+          // alone, without the host's issue cost.
+          cudaStream_t stream;
+          check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+          check(fa_plan_run_ex(plan, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, &args,
+                               reinterpret_cast<fa_stream_t>(stream)), "run (captured)");
+          check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+          check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+          float const graph_ms = median_ms([&] {
+            check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+          }, a.iters, stream);
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+          cudaStreamDestroy(stream);
           fa_kernel_config kc;
           fa_kernel_config_init(&kc);
           check(fa_plan_kernel(plan, &kc), "fa_plan_kernel");
           char name[128];
           fa_kernel_config_name(&kc, name, sizeof name, nullptr);
           double const bytes = 2.0 * batch * double(len) * row * 2 + 2.0 * q.bytes;
-          std::printf("%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f\n", batch, len, sq, page, splits, name,
-                      ms * 1e3, bytes / (ms * 1e-3) / 1e9);
+          std::printf("%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f,%.2f,%.2f\n", batch, len, sq, page, splits,
+                      name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, graph_ms * 1e3, issue_us);
           std::fflush(stdout);
           fa_plan_destroy(plan);
         }

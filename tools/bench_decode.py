@@ -8,7 +8,7 @@ heads, one query row per sequence, batch 1/8/32/64, KV length 4k..128k (skipping
 cache exceeds --max-gib). libflashattn runs through decode_bench (a KV-cache plan, split-KV as
 the library chooses); PyTorch runs scaled_dot_product_attention(q, k, v, enable_gqa=True) with the
 flash backend forced, on tensors of the same shapes, timed the same way (3 warm-ups, median of
---iters CUDA-event timings of 10 back-to-back calls each). Bandwidth = (K + V of every row + Q +
+--iters CUDA-event timings of back-to-back calls, each window >= 200 ms). Bandwidth = (K + V of every row + Q +
 O bytes) / time for both, and the device-to-device copy bandwidth is measured too, as the
 ceiling. Writes decode.csv, decode.md and, with matplotlib, decode.png.
 """
@@ -24,9 +24,10 @@ from bench_report import pyplot
 BATCHES = [1, 8, 32, 64]
 KV_LENS = [4096, 8192, 16384, 32768, 65536, 131072]
 HQ, HKV, D = 32, 8, 128
-# Launches per timing, for both libraries: a decode step is about as short as the host's issue
-# time, which one launch between two events would count (decode_bench does the same).
-BACK_TO_BACK = 10
+# Milliseconds per timing window, for both libraries: a decode step is about as short as the
+# host's issue time, which one launch between two events would count; back to back for >= 200 ms
+# (decode_bench does the same) the host's work overlaps the GPU's.
+WINDOW_MS = 200.0
 
 
 def kv_gib(batch, length):
@@ -71,14 +72,17 @@ def run_torch(args, points):
                 call = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                 for _ in range(3):
                     call()
-                times = []
-                for _ in range(args.iters):
+
+                def window(n):
                     start.record()
-                    for _ in range(BACK_TO_BACK):
+                    for _ in range(n):
                         call()
                     stop.record()
                     torch.cuda.synchronize()
-                    times.append(start.elapsed_time(stop) / BACK_TO_BACK)
+                    return start.elapsed_time(stop) / n
+
+                n = max(10, int(WINDOW_MS / window(10)) + 1)
+                times = [window(n) for _ in range(args.iters)]
         except RuntimeError as e:
             print(f"torch flash failed at {batch} x {length}: {e}", file=sys.stderr)
             continue
@@ -94,7 +98,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--max-gib", type=float, default=40.0)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
