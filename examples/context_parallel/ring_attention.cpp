@@ -324,35 +324,37 @@ int main(int argc, char** argv) {
                      [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); });
     // The bf16 bound. Both sides round P to bf16 (2^-8 relative, 2^-9 error) against different
     // running maxima, and round O: the ring N partials and N - 1 merges, the single GPU once.
-    // Each rounding moves an output by 2^-9 of the row's magnitude at most typically (the rms of
-    // O over the row's heads_q x head_dim values), so |ring - single| <= (N + 2) 2^-8 (|O| +
-    // rms) gives a margin of 2 over N + 2 stages. A K/V shard dropped or counted twice moves a
-    // row by about its rms, 2^8 / (N + 2) = 64 times the bound's rms term at N = 2.
+    // A partial covers fewer keys than the whole row, so its values reach past the final O's:
+    // each rounding moves an output by 2^-9 of the largest value in its row (over heads_q x
+    // head_dim), and |ring - single| <= (N + 2) 2^-8 (|O| + the row's largest |O|) leaves a
+    // margin of 2 over N + 2 roundings. (With the row's rms in place of its largest value, 5
+    // of 67M elements failed on an H200 at N = 1, 16k rows, d 128, 32/8 heads, causal zigzag,
+    // at 1.06 times that bound: the float64 values showed the ring's partials' rounding, not a
+    // wrong result.) A K/V shard dropped or counted twice moves a row by about its rms, a
+    // quarter to a fifth of its largest value: 13 to 16 times the bound at N = 2.
     const int64_t row = p.heads_q * d;
     const double bound = (n + 2) * std::ldexp(1.0, -8);
-    double max_err = 0, rms_sum = 0;
+    double max_err = 0, worst = 0;
     size_t bad = 0;
     for (size_t r0 = 0; r0 < mine.size(); r0 += static_cast<size_t>(row)) {
-      double sq = 0;
+      double top = 0;
       for (int64_t i = 0; i < row; ++i) {
-        const double x = bf16_to_float(single_rows[r0 + static_cast<size_t>(i)]);
-        sq += x * x;
+        top = std::max(top, std::fabs(bf16_to_float(single_rows[r0 + static_cast<size_t>(i)])));
       }
-      const double rms = std::sqrt(sq / static_cast<double>(row));
-      rms_sum += rms;
       for (int64_t i = 0; i < row; ++i) {
         const size_t at = r0 + static_cast<size_t>(i);
         const double ref = bf16_to_float(single_rows[at]);
         const double err = std::fabs(bf16_to_float(mine[at]) - ref);
+        const double allowed = bound * (std::fabs(ref) + top);
         max_err = std::isfinite(err) ? std::max(max_err, err) : INFINITY;
-        bad += !(err <= bound * (std::fabs(ref) + rms));
+        worst = std::isfinite(err) ? std::max(worst, err / allowed) : INFINITY;
+        bad += !(err <= allowed);
       }
     }
-    const double mean_rms = rms_sum * static_cast<double>(row) / static_cast<double>(mine.size());
     std::printf("rank %d/%d: single GPU %.3f ms over %lld rows (ring speed-up %.2fx); "
-                "max |ring - single| %.3g (mean row rms of O %.3g), %zu of %zu outside the bf16 "
-                "bound\n", rank, n, single_ms, static_cast<long long>(S), single_ms / ring_ms,
-                max_err, mean_rms, bad, mine.size());
+                "max |ring - single| %.3g, the worst element at %.2f of the bf16 bound, %zu of "
+                "%zu outside it\n", rank, n, single_ms, static_cast<long long>(S),
+                single_ms / ring_ms, max_err, worst, bad, mine.size());
     for (void* ptr : {fq, fk, fv, fo}) CHECK_CUDA(cudaFree(ptr));
     if (bad != 0) return 1;
   }
