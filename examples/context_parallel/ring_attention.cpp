@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
     for (size_t r0 = 0; r0 < mine.size(); r0 += static_cast<size_t>(row)) {
       double top = 0;
       for (int64_t i = 0; i < row; ++i) {
-        top = std::max(top, std::fabs(bf16_to_float(single_rows[r0 + static_cast<size_t>(i)])));
+        top = std::max<double>(top, std::fabs(bf16_to_float(single_rows[r0 + static_cast<size_t>(i)])));
       }
       for (int64_t i = 0; i < row; ++i) {
         const size_t at = r0 + static_cast<size_t>(i);
