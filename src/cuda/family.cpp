@@ -41,16 +41,31 @@ size_t split_workspace_bytes(Problem const& p, int num_splits) {
   return (floats * sizeof(float) + 255) / 256 * 256;
 }
 
-int choose_splits(Problem const& p, int64_t base, int64_t capacity, int B_c, bool allow_split) {
+int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms, int B_c,
+                  bool allow_split) {
   // Partials are indexed by int32 rows, and the combine kernel has a warp per (row, head).
   if (p.q_rows() * p.heads_q > INT32_MAX) return 1;
   if (p.num_splits > 0) return p.num_splits;
   if (!allow_split) return 1;
+  int64_t const key_blocks = (p.seqlen_k + B_c - 1) / B_c;
+  // Filling every resident slot pays only while each split still reads 8 key blocks or more;
+  // with fewer, a split's fixed cost (its query tile, the pipeline's fill, its partial's
+  // write) dominates and one block per SM is faster. Measured on the H200 with the mma.sync
+  // family's decode kernel (2 resident per SM, B_c 128; d 128, 32/8 heads; decode_bench
+  // --splits): batch 8 x 4k, 4 splits of 8 key blocks (256 blocks) 42.1 us, 2 splits 46.6;
+  // batch 1 x 4k, 16 splits of 2 key blocks (128 blocks) 12.9 us, 20 splits (160 blocks) 15.8,
+  // 33 splits of one key block 17.7; batch 1 x 32k, 16 splits 45.1 us, 33 of 7.8 key blocks
+  // 47.7. (Batch 1 x 64k, 15.5 key blocks per split at 33: 77.6 us, 16 splits 78.9.)
+  // (Where one block fits per SM the two are the same, and the rule below decides.)
+  if (capacity > sms && base < capacity && key_blocks / std::max<int64_t>(capacity / base, 1) < 8) {
+    int64_t const per_sm = std::min({int64_t{256}, sms / std::max<int64_t>(base, 1), key_blocks / 2,
+                                     INT32_MAX / std::max<int64_t>(base, 1)});
+    if (per_sm >= 2) return static_cast<int>(per_sm);
+  }
   // Fill one wave of resident blocks when the unsplit grid leaves SMs idle (decode), with each
   // split keeping at least 4 key blocks so its partial output (one row of d floats) stays
   // small against the keys it reads. Among the counts up to twice that, take the one whose
   // last wave is fullest (ties: fewer splits).
-  int64_t const key_blocks = (p.seqlen_k + B_c - 1) / B_c;
   int64_t const most = std::min<int64_t>({256, key_blocks / 4, INT32_MAX / std::max<int64_t>(base, 1)});
   int splits = 1;
   if (base < capacity && most > 1) {

@@ -72,11 +72,13 @@ std::string fp8_inputs(Problem const& p, char const* family);
 // combine.hpp), rounded up to 256.
 size_t split_workspace_bytes(Problem const& p, int num_splits);
 
-// The split count of a problem whose unsplit grid has `base` blocks, on a device holding
-// `capacity` of them at once, with key blocks of B_c keys: the problem's num_splits when forced;
-// with allow_split, enough splits to fill the device when the grid leaves it idle (decode);
-// else 1. 1 when the partials' int32 row index cannot hold the problem.
-int choose_splits(Problem const& p, int64_t base, int64_t capacity, int B_c, bool allow_split);
+// The split count of a problem whose unsplit grid has `base` blocks, on a device of `sms` SMs
+// holding `capacity` of them at once, with key blocks of B_c keys: the problem's num_splits when
+// forced; with allow_split, enough splits to fill the device when the grid leaves it idle
+// (decode): every resident slot where each split still reads 8 key blocks or more, else (with
+// more than one resident block per SM) one block per SM; else 1. 1 when the partials' int32 row index cannot hold the problem.
+int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms, int B_c,
+                  bool allow_split);
 
 // The ForwardParams of `p` on a kernel of B_r query rows per block under `s`, without pointers:
 // strides, lengths, layout, masks and score scaling, and the tile's packing, query blocks and

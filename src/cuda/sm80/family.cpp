@@ -40,11 +40,12 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   Schedule s;
   s.pack_gqa = pack_gqa(k, p);
   int64_t const base = unsplit_blocks(k.B_r, p, s.pack_gqa);
-  // The split count fills one wave of resident blocks (blocks_per_sm of them per SM).
+  // The split count fills one wave of resident blocks (blocks_per_sm of them per SM), or one
+  // block per SM where splits would be short (choose_splits).
   auto const occ = device.blocks_per_sm.find(&kernel);
   int64_t const capacity =
       int64_t(device.sm_count) * (occ == device.blocks_per_sm.end() ? 1 : occ->second);
-  int const splits = choose_splits(p, base, capacity, k.B_c, allow_split);
+  int const splits = choose_splits(p, base, capacity, device.sm_count, k.B_c, allow_split);
   s.num_splits = splits;
   s.blocks = base * splits;
   s.general = needs_general(p, s.pack_gqa, splits);

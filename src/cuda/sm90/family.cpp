@@ -40,7 +40,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   int64_t const base = unsplit_blocks(k.B_r, p, false);
   // One block fits per SM (the tile's shared memory and 384-512 threads).
   int64_t const sms = std::max(device.sm_count, 1);
-  s.num_splits = choose_splits(p, base, sms, k.B_c, allow_split);
+  s.num_splits = choose_splits(p, base, sms, sms, k.B_c, allow_split);
   s.blocks = base * s.num_splits;
   // A persistent kernel launches one block per SM, each walking tiles.
   if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, sms);

@@ -55,6 +55,21 @@ TEST_SUITE("family") {
     CHECK(forced.num_splits == 3);
     CHECK(forced.blocks == 24);
 
+    // Short caches: 8 splits of 4 key blocks (8 x 33 = 264 blocks, every resident slot) would
+    // leave each split under 8 key blocks, so one block per SM instead: 16 splits x 8 = 128.
+    for (int64_t keys : {4096, 8192, 32768}) {
+      CAPTURE(keys);
+      Schedule const short_cache = f.schedule(device, entry, test::dense_problem(1, 1, keys, 32, 8), true);
+      CHECK(short_cache.num_splits == 16);
+      CHECK(short_cache.blocks == 128);
+    }
+    // Batch 8 at 4k: 64 packed tiles, 4 splits keep 8 key blocks each and fill the 264 slots.
+    Schedule const batch8 = f.schedule(device, entry, test::dense_problem(8, 1, 4096, 32, 8), true);
+    CHECK(batch8.num_splits == 4);
+    // 256 keys (2 key blocks): splits of fewer than 2 key blocks are not worth a combine.
+    Schedule const tiny = f.schedule(device, entry, test::dense_problem(1, 1, 256, 32, 8), true);
+    CHECK(tiny.num_splits == 1);
+
     // A grid that already fills the device stays unsplit.
     Problem const prefill = test::dense_problem(8, 4096, 4096, 32, 8);
     Schedule const big = f.schedule(device, entry, prefill, true);
