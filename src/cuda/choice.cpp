@@ -16,6 +16,31 @@ namespace {
 // Every registered kernel's family is compiled in (the generator emits both lists together).
 KernelFamily const& family_of(KernelConfig const& k) { return *find_family(k.family); }
 
+// The table's pick `pick`, or for a paged cache the kernel of its family, dtype and head dim that
+// its family ranks higher for the pages (KernelFamily::paged_rank; the largest tile among equals).
+KernelEntry const* better_for_pages(Device const& device, KernelEntry const& pick,
+                                    Problem const& p) {
+  KernelFamily const& family = family_of(pick.config);
+  int best_rank = family.paged_rank(pick.config, p);
+  KernelEntry const* best = &pick;
+  if (p.layout != Layout::kPagedKv) return best;
+  for (KernelEntry const* e : device.kernels) {
+    KernelConfig const& k = e->config;
+    if (k.family != pick.config.family || k.dtype != pick.config.dtype ||
+        k.d_head != pick.config.d_head) {
+      continue;
+    }
+    int const rank = family.paged_rank(k, p);
+    bool const larger = k.B_r * k.B_c > best->config.B_r * best->config.B_c;
+    if ((rank > best_rank || (rank == best_rank && best != &pick && larger)) &&
+        cannot_run(k, p).empty()) {
+      best = e;
+      best_rank = rank;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
@@ -66,7 +91,7 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
     if (!table) continue;
     for (KernelEntry const* e : device.kernels) {
       if (e->config == *table && cannot_run(e->config, p).empty()) {
-        *out = e;
+        *out = better_for_pages(device, *e, p);
         return FA_STATUS_SUCCESS;
       }
     }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <numeric>
 #include <set>
 #include <string>
 #include <utility>
@@ -363,6 +364,44 @@ TEST_CASE("a chunked prefill on a paged cache gets the family its contiguous cac
     INFO("dtype " << dtype << " d " << dim);
     CHECK(families[0] == k.family);
     CHECK(families[1] == k.family);
+  }
+}
+
+TEST_CASE("a chunked prefill on pages of 64 or 256 gets a key block its pages hold, where built") {
+  Gpu gpu;
+  // The table's d 256 pick has B_c 80 (TMA boxes of 16 rows at these pages); a registered sm90
+  // kernel of the same dtype and head dim whose B_c divides the page size takes its place.
+  for (auto [dtype, dim] : compiled_shapes()) {
+    for (int64_t page : {64, 256}) {
+      bool whole = false;  // a registered sm90 kernel of this dtype and dim with B_c | page
+      for (size_t i = 0; i < fa_kernel_count(); ++i) {
+        fa_kernel_config k;
+        fa_kernel_config_init(&k);
+        REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+        whole |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim &&
+                 page % k.B_c == 0;
+      }
+      FeatureCase c;
+      c.dtype = dtype;
+      c.head_dim = dim;
+      c.layout = FA_LAYOUT_PAGED_KV;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.sq = {512};
+      c.sk = {16384};
+      c.causal = true;
+      c.num_splits = 1;
+      c.page_size = page;
+      FeatureData d = fa_test::make_feature_data(c, 33);
+      fa_plan_t* plan = nullptr;
+      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+      fa_kernel_config k;
+      fa_kernel_config_init(&k);
+      REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
+      fa_plan_destroy(plan);
+      INFO("dtype " << dtype << " d " << dim << " page " << page << " B_c " << k.B_c);
+      if (k.family == FA_FAMILY_SM90 && whole) CHECK(std::gcd(int64_t(k.B_c), page) >= 64);
+    }
   }
 }
 

@@ -57,8 +57,12 @@ ForwardParams params(KernelConfig const& k, Problem const& p, Schedule const& s)
   return forward_params(p, k.B_r, s);
 }
 
+// Its kernels look up each row's page (kernel.cuh): no tile reads a paged cache better.
+int paged_rank(KernelConfig const&, Problem const&) { return 0; }
+
 }  // namespace
 
-KernelFamily const kFamily{"mma.sync", &cannot_run, &pack_gqa, &decode_rank, &schedule, &params};
+KernelFamily const kFamily{"mma.sync", &cannot_run, &pack_gqa, &decode_rank, &paged_rank,
+                           &schedule, &params};
 
 }  // namespace fa::cuda::sm80

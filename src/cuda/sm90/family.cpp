@@ -1,6 +1,7 @@
 // The sm90 family's rules (sm_90a): what its TMA-fed kernels do not run, and its persistent grid.
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <string>
 
 #include "cuda/device.hpp"
@@ -33,6 +34,19 @@ bool pack_gqa(KernelConfig const&, Problem const&) { return false; }
 
 int decode_rank(KernelConfig const&, Problem const&) { return 0; }
 
+// A paged key block is read in TMA boxes of gcd(B_c, page_size) rows. Boxes of 16 rows (pages of
+// 16; pages of 64 and 256 under the d 256 tables' B_c of 80) cost 12-16% of the contiguous speed
+// on the H200 and boxes of 64 rows or more 0-3% (docs/performance.md, "Hopper serving"): at d 256,
+// chunked prefill of 4 x 512 against 16k at pages 64 and 256 took 1957-1965 us with B_c 80 and
+// 1804-1812 us with B_c 64 (contiguous 1675 and 1836). Rank 1: boxes under 32 rows; 2: boxes of
+// 64 rows or more; 0 otherwise (rows gathered, or boxes of 32-63 rows: no measured preference).
+int paged_rank(KernelConfig const& k, Problem const& p) {
+  if (p.layout != Layout::kPagedKv || p.page_size <= 0) return 0;
+  int64_t const box = std::gcd(int64_t(k.B_c), p.page_size);
+  if (box % 8 != 0) return 0;
+  return box < 32 ? 1 : box >= 64 ? 2 : 0;
+}
+
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
                   bool allow_split) {
   KernelConfig const& k = kernel.config;
@@ -59,6 +73,7 @@ ForwardParams params(KernelConfig const& k, Problem const& p, Schedule const& s)
 
 }  // namespace
 
-KernelFamily const kFamily{"sm90", &cannot_run, &pack_gqa, &decode_rank, &schedule, &params};
+KernelFamily const kFamily{"sm90", &cannot_run, &pack_gqa, &decode_rank, &paged_rank, &schedule,
+                           &params};
 
 }  // namespace fa::cuda::sm90

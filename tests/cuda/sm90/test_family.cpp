@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/family_cases.hpp"
+#include "cuda/sm80/family.hpp"
 #include "cuda/sm90/family.hpp"
 
 namespace fa::cuda {
@@ -41,6 +42,28 @@ TEST_SUITE("family") {
     CHECK(f.cannot_run(k, strided).find("2^39") != std::string::npos);
     strided.k.batch = (int64_t(1) << 39) - 8;
     CHECK(f.cannot_run(k, strided).empty());
+  }
+
+  TEST_CASE("sm90: a paged cache ranks kernels by the rows of their TMA boxes") {
+    KernelFamily const& f = sm90::kFamily;
+    Problem p = test::dense_problem(4, 512, 16384, 32, 8, 256);
+    auto rank = [&](int B_c, int64_t page) {
+      p.layout = page == 0 ? Layout::kKvCache : Layout::kPagedKv;
+      p.page_size = page;
+      return f.paged_rank(test::sm90_kernel(B_c, false, 256), p);
+    };
+    CHECK(rank(80, 0) == 0);    // not paged
+    CHECK(rank(80, 64) == 1);   // boxes of 16 rows
+    CHECK(rank(64, 64) == 2);   // whole blocks in a page
+    CHECK(rank(80, 256) == 1);
+    CHECK(rank(64, 256) == 2);
+    CHECK(rank(128, 64) == 2);  // two boxes of 64 rows per block
+    CHECK(rank(128, 16) == 1);
+    CHECK(rank(64, 16) == 1);   // no tile does better at page 16
+    CHECK(rank(128, 32) == 0);  // boxes of 32 rows: no measured preference
+    CHECK(rank(128, 1) == 0);   // gathered rows
+    CHECK(rank(128, 12) == 0);
+    CHECK(sm80::kFamily.paged_rank(test::mma_sync_kernel(64, 128, 4), p) == 0);
   }
 
   TEST_CASE("sm90: never packs or decodes; a persistent grid has a block per SM at most") {
