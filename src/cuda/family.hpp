@@ -39,8 +39,8 @@ struct KernelFamily {
   int (*decode_rank)(KernelConfig const& k, Problem const& p);
   // How well `k` reads `p`'s paged cache: 0 when `p` is not paged or the family has no
   // preference, else higher for the kernel whose key blocks the family reads in fewer copies.
-  // The choice gives the measured table's pick up for a kernel of the same family, dtype and
-  // head dim of a higher rank (the highest; among equals the largest tile).
+  // The choice gives the measured table's pick up for another of the table's picks of the same
+  // family, head dim and causality with a higher rank (the nearest in length).
   int (*paged_rank)(KernelConfig const& k, Problem const& p);
   // The schedule of `p` on `kernel` on `device` (the split count is p.num_splits when forced, a
   // heuristic or 1 otherwise; always 1 with `allow_split` false). `kernel` runs `p`.

@@ -36,4 +36,32 @@ std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallba
   return k;
 }
 
+std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p) {
+  int const table = nearest_table_arch(arch);
+  int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
+  std::vector<KernelConfig> rows;
+  size_t covering = 0;
+  bool covered = false;
+  for (ChoicePick const& pick : choice_picks()) {
+    if (pick.arch != table || pick.d_head != p.head_dim || pick.causal != p.causal ||
+        pick.fallback) {
+      continue;
+    }
+    if (!covered && length <= pick.max_seqlen) {
+      covering = rows.size();
+      covered = true;
+    }
+    KernelConfig k = pick.config;
+    k.dtype = p.dtype;
+    rows.push_back(k);
+  }
+  if (!covered && !rows.empty()) covering = rows.size() - 1;
+  std::vector<KernelConfig> nearest;
+  for (size_t step = 0; nearest.size() < rows.size(); ++step) {
+    if (step <= covering) nearest.push_back(rows[covering - step]);
+    if (step > 0 && covering + step < rows.size()) nearest.push_back(rows[covering + step]);
+  }
+  return nearest;
+}
+
 }  // namespace fa::cuda

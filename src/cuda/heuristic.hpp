@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/kernel_config.hpp"
 #include "core/problem.hpp"
@@ -35,6 +36,10 @@ std::span<ChoiceCandidate const> choice_candidates();  // generated
 // its pick, or (`fallback`) the mma.sync kernel for when the pick cannot run. Only an sm_90
 // table is measured so far; other archs use the nearest measured one.
 std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback);
+
+// The table's picks (not fallbacks) for p's head dim and causality, dtype set to p's, nearest
+// p's length first: the row covering it, then the rows below and above it alternately.
+std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p);
 
 // The table's autotuning candidates for `p` (dtype set to p's), in table order.
 template <class Visit>
