@@ -336,9 +336,8 @@ def _cache_or_varlen_config(key):
             raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(shape)}")
     qs, ks, vs, os_ = (tuple(sig[0]) for _, sig in named)
     _check_value_shapes(qs, ks, vs, os_)
-    for name, (_, _, dtype, device) in named[1:]:
-        if dtype != key.q[2]:
-            raise TypeError(f"{name} has another dtype than q")
+    _check_dtypes(key)
+    for name, (_, _, _, device) in named[1:]:
         if device != key.q[3]:
             raise ValueError(f"{name} is on device {device}, q on {key.q[3]}")
     if qs[-1] != ks[-1]:
@@ -351,7 +350,7 @@ def _cache_or_varlen_config(key):
     _check_not_broadcast(named)
     cfg = _ffi.fa_config()
     check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
-    cfg.dtype = key.q[2]
+    _set_dtypes(cfg, key)
     cfg.causal = 1 if key.causal else 0
     cfg.softmax_scale = key.softmax_scale
     cfg.head_dim = qs[-1]
@@ -388,6 +387,34 @@ def _cache_or_varlen_config(key):
     return cfg
 
 
+_HALF_TYPES = (_ffi.FA_DTYPE_BF16, _ffi.FA_DTYPE_FP16)
+
+
+def _check_dtypes(key):
+    """k and v share a dtype: q's, or float8_e4m3fn (an FP8 cache) under any q (the library
+    names the combinations it refuses); out has q's dtype, or for float8_e4m3fn q bfloat16 or
+    float16."""
+    q_dtype, kv_dtype = key.q[2], key.k[2]
+    if key.v[2] != kv_dtype:
+        raise TypeError("v has another dtype than k")
+    if kv_dtype != q_dtype and kv_dtype != _ffi.FA_DTYPE_E4M3:
+        raise TypeError("k has another dtype than q")
+    if q_dtype == _ffi.FA_DTYPE_E4M3:
+        if key.o[2] not in _HALF_TYPES:
+            raise TypeError("out must be bfloat16 or float16 for float8_e4m3fn q")
+    elif key.o[2] != q_dtype:
+        raise TypeError("out has another dtype than q")
+
+
+def _set_dtypes(cfg, key):
+    """fa_config's dtype, kv_dtype (where k and v differ from q) and out_dtype (for FP8 q)."""
+    cfg.dtype = key.q[2]
+    if key.k[2] != key.q[2]:
+        cfg.kv_dtype = key.k[2]
+    if key.q[2] == _ffi.FA_DTYPE_E4M3:
+        cfg.out_dtype = key.o[2]
+
+
 def _check_value_shapes(qs, ks, vs, os_):
     """k and v alike but for the last dimension (head_dim, head_dim_v); out like q but for
     the last dimension, which is v's."""
@@ -421,9 +448,8 @@ def _dense_config(key):
     _check_value_shapes(qs, ks, vs, os_)
     if ks[0] != qs[0] or ks[3] != qs[3]:
         raise ValueError(f"k/v shape {ks} does not match q's batch and head_dim {qs}")
-    for name, (_, _, dtype, device) in named[1:]:
-        if dtype != key.q[2]:
-            raise TypeError(f"{name} has another dtype than q")
+    _check_dtypes(key)
+    for name, (_, _, _, device) in named[1:]:
         if device != key.q[3]:
             raise ValueError(f"{name} is on device {device}, q on {key.q[3]}")
     batch, seqlen_q, heads_q, head_dim = qs[0], qs[seq], qs[heads], qs[3]
@@ -440,7 +466,7 @@ def _dense_config(key):
     _check_last_contiguous(named)
     cfg = _ffi.fa_config()
     check(_ffi.lib().fa_config_init(ctypes.byref(cfg)))
-    cfg.dtype = key.q[2]
+    _set_dtypes(cfg, key)
     cfg.causal = 1 if key.causal else 0
     cfg.batch, cfg.seqlen_q, cfg.seqlen_k = batch, seqlen_q, seqlen_k
     cfg.heads_q, cfg.heads_kv, cfg.head_dim = heads_q, heads_kv, head_dim
@@ -465,6 +491,8 @@ def _make_plan(owner, flat):
     cfg = _config(_structured(flat))
     if cfg is None:
         return None
+    if len(flat) > 21:  # a call with FP8 descale factors: their layout (_descales)
+        cfg.descale = flat[21]
     lib = _ffi.lib()
     plan = _ffi.fa_plan_p()
     kernel = flat[4]
@@ -482,10 +510,11 @@ def _read_only(arr):
 
 
 def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, layout,
-             features=_DENSE):
+             features=_DENSE, descale=None):
     """Describes the arrays, allocates missing outputs, resolves the stream; returns the
     described q, k, v, out and lse (None unless return_lse), the out and lse objects, the stream
-    handle and the problem's flat key (see _Key)."""
+    handle and the problem's flat key (see _Key; a call with FP8 descale factors appends their
+    fa_descale layout)."""
     if layout not in _LAYOUTS:
         raise ValueError(f"layout {layout!r} is neither 'bshd' nor 'bhsd'")
     if causal is not True and causal is not False:
@@ -524,7 +553,9 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
             # would silently become the default.
             raise ValueError(f"softmax_scale = {softmax_scale} is 0 in float32; pass None for "
                              "1/sqrt(head_dim)")
-    if o is None:
+    if o is None and tq.dtype == _ffi.FA_DTYPE_E4M3:
+        o, to = _fp8_output(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]), handle)
+    elif o is None:
         # out is q's shape with v's last dimension (head_dim_v).
         o, to = _tensors.new_output(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]), "out",
                                     handle)
@@ -553,7 +584,19 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
     key = (features, layout, causal, scale, kernel,
            tq.shape, tq.strides, tq.dtype, tq.device, tk.shape, tk.strides, tk.dtype, tk.device,
            tv.shape, tv.strides, tv.dtype, tv.device, to.shape, to.strides, to.dtype, to.device)
+    if descale is not None:
+        key += (descale,)
     return tq, tk, tv, to, tlse, o, lse, handle, key
+
+
+def _fp8_output(tq, shape, handle):
+    """out for float8_e4m3fn q when the caller passes none: bfloat16 (fa_config.out_dtype's
+    default), allocated by q's library (numpy through ml_dtypes)."""
+    if tq.library != "numpy":
+        raise TypeError(f"float8_e4m3fn q from {tq.library}: pass out= (bfloat16 or float16)")
+    import ml_dtypes  # noqa: PLC0415  (the numpy path's bfloat16, imported only for FP8 q)
+    o = sys.modules["numpy"].empty(shape, dtype=ml_dtypes.bfloat16)
+    return o, _tensors.describe(o, "out", handle)
 
 
 def _window(window):
@@ -593,9 +636,10 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 # builds for), filled by one slice assignment of the fields after struct_size, in the struct's
 # order: cu_seqlens_q, cu_seqlens_k, cache_seqlens, block_table, alibi_slopes, sinks, workspace,
 # workspace_size (words 1-8). Words 9-11, the FP8 descale pointers appended in 0.3.0, stay the
-# NULL that fa_run_args_init wrote: no entry point here takes FP8 arrays yet. Each thread fills its own struct (_run_args): building a fa_run_args per call,
-# initialising it through ctypes and setting one pointer with ctypes.cast took 5 us on the CI
-# machine, each further pointer 1 more; the slice assignment takes 0.25.
+# NULL that fa_run_args_init wrote except during a call given descales (_run_ex). Each thread
+# fills its own struct (_run_args): building a fa_run_args per call, initialising it through
+# ctypes and setting one pointer with ctypes.cast took 5 us on the CI machine, each further
+# pointer 1 more; the slice assignment takes 0.25.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _RUN_WORDS = ctypes.sizeof(_ffi.fa_run_args) // _WORD
 _NO_AUX = (None,) * 7 + (0,)  # no array, no workspace, workspace_size 0
@@ -617,7 +661,7 @@ def _run_args():
 
 
 def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
-            workspace):
+            workspace, descales=None):
     """Runs `plan` through fa_plan_run_ex. `pointers` are fa_run_args' fields after struct_size
     (the six array addresses, None where absent, then workspace and workspace_size), read by
     the caller after the plan lookup (a plan of None returns before them). The workspace comes
@@ -652,12 +696,65 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
     except AttributeError:  # _run_args() inline: one Python frame less per call
         words, address = _run_args()
     words[1:9] = pointers
-    status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
-                               None if tlse is None else tlse.ptr, address, handle)
+    if descales is None:
+        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                                   None if tlse is None else tlse.ptr, address, handle)
+    else:
+        # The FP8 descale pointers (words 9-11) for this run only: every other call leaves them
+        # NULL, so they are cleared again before anything else uses this thread's struct.
+        words[9:12] = descales
+        try:
+            status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                                       None if tlse is None else tlse.ptr, address, handle)
+        finally:
+            words[9:12] = _NO_DESCALES
     del keepalive  # the run has read the workspace (a GPU run: enqueued it)
     if status:
         check(status)
     return (o, lse) if return_lse else o
+
+
+_NO_DESCALES = (None, None, None)
+
+
+def _descale_layout(q_descale, k_descale, v_descale):
+    """fa_config.descale for the descale arrays given (None when none is): one float32 per
+    tensor (shape (1,) or ()), or one per (batch, K/V head) (2 dimensions), the same for all."""
+    layout = None
+    for name, arr in (("q_descale", q_descale), ("k_descale", k_descale),
+                      ("v_descale", v_descale)):
+        if arr is None:
+            continue
+        shape = tuple(_tensors.describe_aux(arr, name, "float32")[1])
+        mine = (_ffi.FA_DESCALE_PER_TENSOR if shape in ((), (1,)) else
+                _ffi.FA_DESCALE_PER_HEAD_KV if len(shape) == 2 else None)
+        if mine is None:
+            raise ValueError(f"{name} has shape {shape}; expected (1,) (per tensor) or (batch, "
+                             "heads_kv)")
+        if layout is not None and mine != layout:
+            raise ValueError("q_descale, k_descale and v_descale must all be per tensor or all "
+                             "per (batch, heads_kv)")
+        layout = mine
+    return layout
+
+
+def _descale_pointers(q_descale, k_descale, v_descale, layout, batch, heads_kv, device, handle):
+    """The descale arrays' addresses (None where absent), each checked against its layout's
+    shape and q's device, and the objects that keep them alive through the call."""
+    want = (1,) if layout == _ffi.FA_DESCALE_PER_TENSOR else (batch, heads_kv)
+    pointers, keep = [], []
+    for name, arr in (("q_descale", q_descale), ("k_descale", k_descale),
+                      ("v_descale", v_descale)):
+        if arr is None:
+            pointers.append(None)
+            continue
+        described = _tensors.describe_aux(arr, name, "float32", handle)
+        got = tuple(described[1])
+        if (got if got else (1,)) != want or described[2] != device:
+            _aux_mismatch(name, described, want, device)
+        pointers.append(described[0])
+        keep.append(described)
+    return tuple(pointers), keep
 
 
 def _aux_mismatch(name, described, shape, device):
@@ -695,7 +792,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
             softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None, out: Any = None,
             return_lse: bool = False, stream: Any = None, kernel: Optional[str] = None,
             layout: Literal["bshd", "bhsd"] = "bshd",
-            workspace: Any = None) -> Union[Any, Tuple[Any, Any]]:
+            workspace: Any = None, q_descale: Any = None, k_descale: Any = None,
+            v_descale: Any = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention forward: ``softmax(scale * q k^T) v`` per query head, without materialising
     the score matrix.
 
@@ -759,6 +857,16 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         unsplit, and a forced one raise WorkspaceTooSmallError. None allocates the scratch with
         q's library per call (PyTorch: from its caching allocator, and inside a graph capture
         from the graph's pool). The CPU backend needs none.
+    q_descale, k_descale, v_descale : array, optional
+        FP8 descale factors (since 0.3.0), contiguous float32 on q's device: shape ``(1,)``
+        (per tensor) or ``(batch, heads_kv)`` (per sequence and K/V head), all alike; each only
+        for an array of dtype ``float8_e4m3fn`` (ml_dtypes' type; the library refuses a factor
+        for any other). The scores are ``scale * q_descale * k_descale * (q . k)`` on the stored
+        values and the output ``v_descale * (P V)``. k and v may be ``float8_e4m3fn`` under
+        bfloat16 or float16 q (an FP8 cache: out then has q's dtype); ``float8_e4m3fn`` q
+        needs ``float8_e4m3fn`` k and v and writes out as bfloat16 (allocated here for numpy)
+        or as the ``out=`` array's float16. FP8 runs on the CPU backend; the GPU kernels refuse
+        it (UnsupportedError) for now.
 
     Returns
     -------
@@ -788,7 +896,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     The first call for a problem (shapes, strides, dtypes, flags) makes a plan and keeps it in
     the device's context; later calls only launch it.
     """
-    if window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None:
+    if (window is _NO_WINDOW and softcap == 0.0 and alibi_slopes is None and sinks is None
+            and q_descale is None and k_descale is None and v_descale is None):
         tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream,
                                                               causal, softmax_scale, kernel,
                                                               layout)
@@ -810,15 +919,22 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
     heads_q = shape[heads] if len(shape) == 4 else 0
     features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0], heads_q)
+    descale = _descale_layout(q_descale, k_descale, v_descale)
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
-                                                          softmax_scale, kernel, layout, features)
+                                                          softmax_scale, kernel, layout, features,
+                                                          descale)
     ctx = _contexts.get(tq.device) or _context(tq.device)
     plan = ctx._plans(key)
     if plan is None:
         return (o, lse) if return_lse else o
     alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, tq.device, handle)
+    descales = None
+    if descale is not None:
+        descales, keep_descales = _descale_pointers(q_descale, k_descale, v_descale, descale,
+                                                    tq.shape[0], tk.shape[heads], tq.device,
+                                                    handle)
     return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                   (None, None, None, None, alibi, sink, None, 0), workspace)
+                   (None, None, None, None, alibi, sink, None, 0), workspace, descales)
 
 
 def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
@@ -826,8 +942,8 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                    softmax_scale: Optional[float] = None, window: Tuple[int, int] = _NO_WINDOW,
                    softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None,
                    out: Any = None, return_lse: bool = False, stream: Any = None,
-                   kernel: Optional[str] = None,
-                   workspace: Any = None) -> Union[Any, Tuple[Any, Any]]:
+                   kernel: Optional[str] = None, workspace: Any = None, q_descale: Any = None,
+                   k_descale: Any = None, v_descale: Any = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention over a batch of variable-length sequences packed along one token dimension
     (FlashAttention's ``flash_attn_varlen_func``).
 
@@ -848,6 +964,8 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         refuses seqlen_k = 0).
     causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, stream, kernel, workspace
         As forward(); masks are aligned per sequence (bottom-right).
+    q_descale, k_descale, v_descale : array, optional
+        As forward() (batch: the number of sequences).
     return_lse : bool
         Also return the float32 log-sum-exp, ``(heads_q, total_q)``.
 
@@ -876,8 +994,11 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
         features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
                              extra=extra)
+    descale = (None if q_descale is None and k_descale is None and v_descale is None else
+               _descale_layout(q_descale, k_descale, v_descale))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
-                                                          softmax_scale, kernel, "bshd", features)
+                                                          softmax_scale, kernel, "bshd", features,
+                                                          descale)
     ctx = _contexts.get(tq.device) or _context(tq.device)
     plan = ctx._plans(key)
     if plan is None:
@@ -897,6 +1018,11 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                                                    handle)
         pointers = (cu_q[0], cu_k[0], None, None, alibi, sink, None, 0)
     # cu_q and cu_k hold their capsules (keepalive) through the call.
+    if descale is not None:
+        descales, keep_descales = _descale_pointers(q_descale, k_descale, v_descale, descale,
+                                                    batch, tk.shape[1], device, handle)
+        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                       pointers, workspace, descales)
     if workspace is not None or plan.workspace:
         return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                        pointers, workspace)
@@ -918,8 +1044,8 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
                     softmax_scale: Optional[float] = None, window: Tuple[int, int] = _NO_WINDOW,
                     softcap: float = 0.0, alibi_slopes: Any = None, sinks: Any = None,
                     out: Any = None, return_lse: bool = False, stream: Any = None,
-                    kernel: Optional[str] = None,
-                    workspace: Any = None) -> Union[Any, Tuple[Any, Any]]:
+                    kernel: Optional[str] = None, workspace: Any = None, q_descale: Any = None,
+                    k_descale: Any = None, v_descale: Any = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention of new query rows against a key/value cache, contiguous or paged
     (FlashAttention's ``flash_attn_with_kvcache`` without the cache append).
 
@@ -945,7 +1071,7 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         with q's library (see forward()).
     causal, softmax_scale, window, softcap, alibi_slopes, sinks, out, return_lse, stream, kernel
         As forward() (``bshd`` layout).
-    workspace : array, optional
+    workspace, q_descale, k_descale, v_descale : array, optional
         As forward().
 
     Returns
@@ -973,9 +1099,11 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
         features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q,
                              num_splits, extra)
+    descale = (None if q_descale is None and k_descale is None and v_descale is None else
+               _descale_layout(q_descale, k_descale, v_descale))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k_cache, v_cache, out, return_lse,
                                                           stream, causal, softmax_scale, kernel,
-                                                          "bshd", features)
+                                                          "bshd", features, descale)
     batch = tq.shape[0]
     if table is not None and table[1][0] != batch:
         raise ValueError(f"block_table has shape {tuple(table[1])}; expected ({batch}, "
@@ -1003,6 +1131,11 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
                                                    handle)
         pointers = (None, None, lens[0], pages, alibi, sink, None, 0)
     # lens and table hold their capsules (keepalive) through the call.
+    if descale is not None:
+        descales, keep_descales = _descale_pointers(q_descale, k_descale, v_descale, descale,
+                                                    batch, tk.shape[2], device, handle)
+        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                       pointers, workspace, descales)
     if workspace is not None or plan.workspace:
         return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                        pointers, workspace)

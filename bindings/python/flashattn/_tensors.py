@@ -113,11 +113,12 @@ _numpy_codes = {}
 def _numpy_code(dtype, name):
     if not dtype.isnative:
         raise TypeError(f"{name}: byte order {dtype.byteorder!r} is not the machine's")
-    # "bfloat16" is ml_dtypes.bfloat16.
+    # "bfloat16" and "float8_e4m3fn" are ml_dtypes' types.
     code = {"float16": _ffi.FA_DTYPE_FP16, "bfloat16": _ffi.FA_DTYPE_BF16,
-            "float32": _ffi.FA_DTYPE_FP32}.get(dtype.name)
+            "float32": _ffi.FA_DTYPE_FP32, "float8_e4m3fn": _ffi.FA_DTYPE_E4M3}.get(dtype.name)
     if code is None:
-        raise TypeError(f"dtype {dtype.name} is not supported (float16, bfloat16, float32)")
+        raise TypeError(f"dtype {dtype.name} is not supported (float16, bfloat16, float32, "
+                        "float8_e4m3fn)")
     _numpy_codes[dtype] = (code, dtype.itemsize)
     return _numpy_codes[dtype]
 
