@@ -6,10 +6,11 @@
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim), batch = 16384 / seqlen, so
 // every point moves the same 16384 tokens. FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved
-// for causal. Each point times --iters launches with CUDA events after 3 warm-up launches and
-// reports the median; with --window-ms it instead launches back to back between two events for
-// at least MS milliseconds and reports the mean, as a serving loop runs them (one launch between
-// two events with a wait also counts the host's launch work, which back-to-back calls overlap). Without --kernel the context's own choice runs (what fa_forward() picks);
+// for causal. Each point launches back to back between two CUDA events for at least --window-ms
+// (200) milliseconds after 3 warm-up launches, as a serving loop runs them, and reports the median
+// of --iters (3) such windows' mean times (one launch between two events with a wait would also
+// count the host's launch work, which back-to-back calls overlap; sweeps of every kernel pass a
+// shorter window). Without --kernel the context's own choice runs (what fa_forward() picks);
 // --all-kernels times every registered kernel of the dtype and head dim. --autotune runs
 // fa_autotune() at each point after timing the default choice, then times the tuned choice too.
 #include <cuda_runtime_api.h>
@@ -69,10 +70,10 @@ struct Options {
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   std::string kernel;
   bool all_kernels = false;
-  int iters = 20;
+  int iters = 3;  // windows, of which the median is reported
   bool csv = false;
   bool autotune = false;
-  double window_ms = 0;  // > 0: back-to-back timing over at least this long
+  double window_ms = 200;  // back-to-back timing over at least this long
 };
 
 Options parse_args(int argc, char** argv) {
@@ -107,7 +108,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--autotune") {
       o.autotune = true;
     } else if (a == "--window-ms") {
-      o.window_ms = std::max(1.0, std::atof(next()));
+      o.window_ms = std::max(0.1, std::atof(next()));
     } else {
       die("unknown argument " + a + " (see the comment at the top of bench/flashattn_bench.cpp)");
     }
@@ -197,18 +198,13 @@ int main(int argc, char** argv) {
             check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
             return ms;
           };
-          float ms = 0;
-          if (opt.window_ms > 0) {
-            // The count that fills the window, from 8 calls; then that many back to back.
-            float const estimate = std::max(elapsed_ms(8) / 8, 1e-4f);
-            int const calls = static_cast<int>(std::ceil(opt.window_ms / estimate));
-            ms = elapsed_ms(calls) / calls;
-          } else {
-            std::vector<float> times;
-            for (int it = 0; it < opt.iters; ++it) times.push_back(elapsed_ms(1));
-            std::sort(times.begin(), times.end());
-            ms = times[times.size() / 2];
-          }
+          // The count that fills a window, from 8 calls; then --iters windows of that many.
+          float const estimate = std::max(elapsed_ms(8) / 8, 1e-4f);
+          int const calls = static_cast<int>(std::ceil(opt.window_ms / estimate));
+          std::vector<float> times;
+          for (int it = 0; it < opt.iters; ++it) times.push_back(elapsed_ms(calls) / calls);
+          std::sort(times.begin(), times.end());
+          float const ms = times[times.size() / 2];
           double const tflops = flops / (ms * 1e-3) / 1e12;
           std::string name = std::string(label) + name_of(used);
           if (opt.csv) {

@@ -1,18 +1,28 @@
 #!/usr/bin/env python3
-"""Times libflashattn against PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends in one run.
+"""Dense prefill on the FA-paper grid: libflashattn against FlashAttention-4, cuDNN and FA2, in one
+process, timed the way a serving or training loop runs them.
 
-    python3 tools/bench_compare.py --bench build/bench/flashattn_bench --out results/
+    FLASHATTN_LIBRARY=build/libflashattn.so.0 PYTHONPATH=bindings/python \\
+        python3 tools/bench_compare.py --out results/ [--dtype bf16,fp16] [--bench build/bench/flashattn_bench]
 
-Times flashattn_bench (the library's own kernel choice) on the FA-paper grid (hidden 2048,
-batch = 16384 / seqlen, seqlen 512..16384, head dims 64/128/256, causal off and on) and, where
-PyTorch is installed, torch.nn.functional.scaled_dot_product_attention with each backend forced,
-the same way (3 warm-up calls, median of --iters CUDA-event timings), point by point: each
-point's three timings are taken back to back, so a GPU that a previous job left hot (clocks
-throttled for tens of seconds, which cost up to 19% in a 13-second pass of the grid after the GPU
-tests) slows all three alike.
-Writes results.csv, performance.md (the table, with ratios and geometric means) and, where
-matplotlib is installed, chart.png. PyTorch and matplotlib are optional: only this script uses
-them, and without them it reports libflashattn alone.
+Grid (FA2/FA3 papers): hidden 2048 (heads = 2048 / d), batch = 16384 / seqlen, seqlen 512..16384,
+d 64/128/256, causal off and on. Backends, on the same random-normal q, k, v of shape
+(batch, seqlen, heads, d):
+- libflashattn: `flashattn.forward` (the library's built-in choice through the public API);
+- fa4: FlashAttention-4's `flash_attn.cute.flash_attn_func` (its sm90 forward is FA3's algorithm;
+  installed with ../shared/tools/fa4-baseline);
+- cudnn and fa2: PyTorch SDPA with the CUDNN_ATTENTION and FLASH_ATTENTION backends forced (on
+  the transposed (batch, heads, seqlen, d) views of the same tensors).
+Timing: calls back to back between two CUDA events until --window-ms (200) have passed (the GPU
+never waits for the host), the median of --repeats (3) such windows; the backends take turns
+window by window at each point, so a GPU that a previous job left hot slows them alike. Before
+timing, every backend's output is compared with ours (max |difference|); one that computes
+something else is not timed. A backend that is missing or refuses a point leaves it empty.
+
+TFLOP/s = 4 * batch * heads * seqlen^2 * d / time, halved for causal. Writes results.csv (one
+row per point and backend, with the GPU's name), performance.md (per dtype: TFLOP/s, ours over
+each baseline, geometric means and minima) and, where matplotlib is installed, chart-<dtype>.png.
+With --bench, flashattn_bench names the kernel the library picks at each point (a column).
 """
 import argparse
 import csv
@@ -20,138 +30,195 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from bench_report import geomean, grid_chart
+from bench_report import geomean, grid_chart, stepper, time_backends
+
+try:
+    import flashattn
+except ImportError:  # not installed: this checkout's package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bindings" / "python"))
+    import flashattn
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
 TOKENS, HIDDEN = 16384, 2048
+BASELINES = ["fa4", "cudnn", "fa2"]
+
+
+def ints(text):
+    return [int(x) for x in text.split(",")]
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--dtype", default="bf16", help="comma-separated: bf16, fp16")
+    ap.add_argument("--head-dims", type=ints, default=HEAD_DIMS)
+    ap.add_argument("--seqlens", type=ints, default=SEQLENS)
+    ap.add_argument("--causal", type=ints, default=[0, 1])
+    ap.add_argument("--window-ms", type=float, default=200.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--backends", default="libflashattn," + ",".join(BASELINES),
+                    help="comma-separated subset of libflashattn,fa4,cudnn,fa2")
+    ap.add_argument("--bench", help="flashattn_bench, to name the library's pick per point")
+    return ap.parse_args()
 
 
 def flops(batch, heads, seqlen, d, causal):
     return 4.0 * batch * heads * seqlen * seqlen * d / (2.0 if causal else 1.0)
 
 
-def run_ours(args, d, causal, seqlen):
-    cmd = [args.bench, "--csv", "--dtype", args.dtype, "--iters", str(args.iters),
-           "--head-dims", str(d), "--causal", str(causal), "--seqlens", str(seqlen)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    rows = {}
-    for r in csv.DictReader(io.StringIO(out)):
-        rows[(int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))] = (float(r["tflops"]),
-                                                                          r["kernel"])
-    return rows
+def backends(torch, wanted):
+    """name -> function(q, k, v, causal) returning a callable that runs one call and the output
+    of a first call (or raising where the backend refuses the point)."""
+    found = {}
 
+    def ours(q, k, v, causal):
+        out = torch.empty_like(q)
 
-def torch_timer(args):
-    """A function timing SDPA's backends on one point, or None without PyTorch."""
+        def step():
+            flashattn.forward(q, k, v, causal=causal, out=out)
+        step()
+        return step, out
+
+    found["libflashattn"] = ours
     try:
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        print("PyTorch not found: reporting libflashattn alone", file=sys.stderr)
-        return None
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        from flash_attn.cute import flash_attn_func
 
-    def time_point(d, causal, s):
-        results = {}
-        b, h = TOKENS // s, HIDDEN // d
-        # SDPA takes (batch, heads, seq, dim); a transposed (batch, seq, heads, dim) tensor is
-        # the layout libflashattn reads.
-        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
-                   for _ in range(3))
-        for name, backend in backends.items():
-            try:
+        def fa4(q, k, v, causal):
+            return stepper(lambda: flash_attn_func(q, k, v, causal=causal))
+
+        found["fa4"] = fa4
+    except ImportError as e:
+        print(f"FlashAttention-4 not importable ({e}): left out", file=sys.stderr)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(backend):
+        def make(q, k, v, causal):
+            qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+            def call():
                 with sdpa_kernel(backend):
-                    for _ in range(3):
-                        torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                         is_causal=bool(causal))
-                    times = []
-                    for _ in range(args.iters):
-                        start.record()
-                        torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                         is_causal=bool(causal))
-                        stop.record()
-                        stop.synchronize()
-                        times.append(start.elapsed_time(stop))
-                ms = sorted(times)[len(times) // 2]
-                results[(name, d, causal, s)] = flops(b, h, s, d, causal) / (ms * 1e-3) / 1e12
-            except RuntimeError as e:
-                print(f"torch {name} d={d} causal={causal} s={s}: {e}", file=sys.stderr)
-        return results
+                    return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt,
+                                                                            is_causal=causal)
+            step, out = stepper(call)
+            return step, out.transpose(1, 2)
+        return make
 
-    return time_point
+    found["cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+    found["fa2"] = sdpa(SDPBackend.FLASH_ATTENTION)
+    return {name: make for name, make in found.items() if name in wanted}
+
+
+def kernel_names(args, dtype):
+    """(d, causal, seqlen) -> the library's pick, from flashattn_bench (one short window each)."""
+    if not args.bench:
+        return {}
+    cmd = [args.bench, "--csv", "--dtype", dtype, "--window-ms", "1", "--iters", "1",
+           "--head-dims", ",".join(map(str, args.head_dims)),
+           "--causal", ",".join(map(str, args.causal)),
+           "--seqlens", ",".join(map(str, args.seqlens))]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {(int(r["head_dim"]), int(r["causal"]), int(r["seqlen"])): r["kernel"]
+            for r in csv.DictReader(io.StringIO(out))}
+
+
+def table(gpu, dtype, rows, names):
+    """The markdown table of one dtype: TFLOP/s per backend, ours over each baseline."""
+    base = [n for n in BASELINES if n in names]
+    by_point = {}
+    for r in rows:
+        if r["dtype"] == dtype:
+            by_point.setdefault((r["head_dim"], r["causal"], r["seqlen"]), {})[r["backend"]] = r
+    lines = [f"GPU: {gpu}; {dtype}; TFLOP/s = 4 B H S^2 D / time (halved for causal), batch = "
+             "16384 / S, heads = 2048 / D; back-to-back calls in >= 200 ms windows, median of 3.",
+             "", "| D | causal | S | " + " | ".join(names) + " | "
+             + " | ".join(f"ours / {n}" for n in base) + " | kernel |",
+             "|" + "---|" * (4 + len(names) + len(base))]
+    ratios = {n: [] for n in base}
+    for (d, c, s), got in sorted(by_point.items()):
+        cells = [f"{got[n]['tflops']:.1f}" if n in got else "" for n in names]
+        rcells = []
+        for n in base:
+            if n in got and "libflashattn" in got:
+                ratio = got["libflashattn"]["tflops"] / got[n]["tflops"]
+                ratios[n].append(ratio)
+                rcells.append(f"{ratio:.3f}")
+            else:
+                rcells.append("")
+        kernel = got.get("libflashattn", {}).get("kernel", "")
+        lines.append(f"| {d} | {c} | {s} | " + " | ".join(cells + rcells)
+                     + (f" | `{kernel}` |" if kernel else " | |"))
+    lines.append("")
+    for n in base:
+        if ratios[n]:
+            lines.append(f"- ours / {n}: geometric mean **{geomean(ratios[n]):.3f}** over "
+                         f"{len(ratios[n])} points, minimum {min(ratios[n]):.3f}, "
+                         f"maximum {max(ratios[n]):.3f}")
+    return lines
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", required=True, help="path to flashattn_bench")
-    ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--head-dims", type=lambda t: [int(x) for x in t.split(",")], default=HEAD_DIMS)
-    ap.add_argument("--seqlens", type=lambda t: [int(x) for x in t.split(",")], default=SEQLENS)
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    args = parse_args()
+    import torch
 
-    ours, ref = {}, {}
-    time_torch = torch_timer(args)
-    for d in args.head_dims:
-        for causal in (0, 1):
-            for s in args.seqlens:
-                ours.update(run_ours(args, d, causal, s))
-                if time_torch is not None:
-                    ref.update(time_torch(d, causal, s))
-
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["head_dim", "causal", "seqlen", "libflashattn", "torch_flash", "torch_cudnn",
-                    "kernel"])
-        for (d, c, s), (tf, kernel) in sorted(ours.items()):
-            w.writerow([d, c, s, tf, ref.get(("flash", d, c, s), ""), ref.get(("cudnn", d, c, s), ""),
-                        kernel])
-
-    lines = [f"TFLOP/s, {args.dtype}, FLOPs = 4·B·H·S²·D (halved for causal), batch = 16384/S, "
-             "heads = 2048/D; median of CUDA-event timings.", "",
-             "| D | causal | S | libflashattn | SDPA flash (FA2) | SDPA cuDNN | vs FA2 | vs cuDNN "
-             "| kernel |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    ratios, cudnn_ratios = [], []
-    for (d, c, s), (tf, kernel) in sorted(ours.items()):
-        fa2, cud = ref.get(("flash", d, c, s)), ref.get(("cudnn", d, c, s))
-        ratio = tf / fa2 if fa2 else None
-        vs_cudnn = tf / cud if cud else None
-        if ratio:
-            ratios.append(ratio)
-        if vs_cudnn:
-            cudnn_ratios.append(vs_cudnn)
-        lines.append(f"| {d} | {c} | {s} | {tf:.1f} | {fa2 or float('nan'):.1f} | "
-                     f"{cud or float('nan'):.1f} | {ratio or float('nan'):.3f} | "
-                     f"{vs_cudnn or float('nan'):.3f} | `{kernel}` |")
-    if ratios:
-        lines += ["", f"Geometric mean of libflashattn / SDPA flash over {len(ratios)} points: "
-                      f"**{geomean(ratios):.3f}**; minimum {min(ratios):.3f}."]
-    if cudnn_ratios:
-        lines += ["", f"Geometric mean of libflashattn / SDPA cuDNN over {len(cudnn_ratios)} "
-                      f"points: **{geomean(cudnn_ratios):.3f}**; minimum {min(cudnn_ratios):.3f}."]
-    with open(os.path.join(args.out, "performance.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    gpu = torch.cuda.get_device_name()
+    print(f"GPU: {gpu}; libflashattn {flashattn.version()} "
+          f"({os.environ.get('FLASHATTN_LIBRARY', 'found by the package')}); torch "
+          f"{torch.__version__}, cuDNN {torch.backends.cudnn.version()}", flush=True)
+    found = backends(torch, args.backends.split(","))
+    names = list(found)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(2026)
+    for dtype_name in args.dtype.split(","):
+        dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float16
+        picks = kernel_names(args, dtype_name)
+        for d in args.head_dims:
+            for causal in args.causal:
+                for s in args.seqlens:
+                    b, h = TOKENS // s, HIDDEN // d
+                    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
+                               for _ in range(3))
+                    medians = time_backends(torch, found, (q, k, v, bool(causal)),
+                                            f"d{d} causal{causal} s{s}", args.window_ms,
+                                            args.repeats)
+                    for name, ms in medians.items():
+                        rows.append(dict(gpu=gpu, dtype=dtype_name, head_dim=d, causal=causal,
+                                         seqlen=s, backend=name, us=round(ms * 1e3, 2),
+                                         tflops=round(flops(b, h, s, d, causal) / (ms * 1e-3)
+                                                      / 1e12, 1),
+                                         kernel=picks.get((d, causal, s), "")
+                                         if name == "libflashattn" else ""))
+                        print(",".join(str(x) for x in rows[-1].values()), flush=True)
+                    del q, k, v
+                    torch.cuda.empty_cache()
+    with open(out_dir / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    lines = []
+    for dtype_name in args.dtype.split(","):
+        lines += table(gpu, dtype_name, rows, names) + [""]
+    (out_dir / "performance.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
-    def draw(ax, d, c):
-        series = [("libflashattn", [ours.get((d, c, s), (0, ""))[0] for s in args.seqlens])]
-        for name, label in (("flash", "SDPA flash (FA2)"), ("cudnn", "SDPA cuDNN")):
-            if ref:
-                series.append((label, [ref.get((name, d, c, s), 0) for s in args.seqlens]))
-        width = 0.8 / len(series)
-        for i, (label, ys) in enumerate(series):
-            ax.bar([j + i * width for j in range(len(args.seqlens))], ys, width, label=label)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(args.seqlens))])
-        ax.set_xticklabels([str(s) for s in args.seqlens])
+    for dtype_name in args.dtype.split(","):
+        tf = {(r["backend"], r["head_dim"], r["causal"], r["seqlen"]): r["tflops"]
+              for r in rows if r["dtype"] == dtype_name}
 
-    grid_chart(os.path.join(args.out, "chart.png"), args.head_dims, draw, dpi=90)
+        def draw(ax, d, c):
+            width = 0.8 / len(names)
+            for i, name in enumerate(names):
+                ys = [tf.get((name, d, c, s), 0) for s in args.seqlens]
+                ax.bar([j + i * width for j in range(len(args.seqlens))], ys, width, label=name)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(args.seqlens))])
+            ax.set_xticklabels([str(s) for s in args.seqlens])
+
+        grid_chart(str(out_dir / f"chart-{dtype_name}.png"), args.head_dims, draw, dpi=90)
+
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,6 @@
-"""What the benchmark reports share (bench_compare.py, compare_families.py, bench_decode.py):
-the geometric mean of ratios and the figures, drawn only where matplotlib is installed."""
+"""What the benchmark reports share (bench_compare.py, bench_serving.py, compare_families.py,
+bench_decode.py): back-to-back timing windows, the geometric mean of ratios and the figures,
+drawn only where matplotlib is installed."""
 import math
 
 
@@ -8,6 +9,71 @@ def geomean(xs):
     NaN when none is left."""
     xs = [x for x in xs if x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def window_ms(torch, step, ms):
+    """Mean time of one call of step(), over calls back to back between two CUDA events (torch)
+    for >= ms milliseconds: the GPU never waits for the host, as in a serving loop."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    calls = 1
+    while True:
+        start.record()
+        for _ in range(calls):
+            step()
+        stop.record()
+        stop.synchronize()
+        elapsed = start.elapsed_time(stop)
+        if elapsed >= ms:
+            return elapsed / calls
+        calls = max(calls * 2, int(calls * ms / max(elapsed, 1e-3) * 1.1))
+
+
+def stepper(call):
+    """(step, first output) for a backend: step() runs call() and keeps its result (the first
+    element of a tuple), so the output of the first call, made here, can be compared."""
+    box = {}
+
+    def step():
+        r = call()
+        box["out"] = r[0] if isinstance(r, tuple) else r
+    step()
+    return step, box["out"]
+
+
+def time_backends(torch, found, point, label, window, repeats):
+    """{name: median ms of one call} at one point. found maps each backend's name to a maker,
+    make(*point) -> (step, output of a first call) (stepper); the first backend's output is the
+    reference, and a later one that raises (a baseline refusing the point; NotImplementedError
+    quietly) or differs from it by 0.05 or more (bf16 outputs of |o| < 1 are a few ulps apart)
+    is not timed. Then `repeats` windows of `window` ms per backend (window_ms), the backends
+    taking turns window by window, so a GPU slowed by a previous job slows them alike."""
+    import statistics
+    import sys
+    steps, reference = {}, None
+    for name, make in found.items():
+        try:
+            step, out = make(*point)
+            torch.cuda.synchronize()
+        except Exception as e:
+            if reference is None:
+                raise
+            if not isinstance(e, NotImplementedError):
+                print(f"{name} {label}: {e}", file=sys.stderr)
+            continue
+        if reference is None:
+            reference = out.float()
+        else:
+            diff = (out.float() - reference).abs().max().item()
+            if not diff < 0.05:
+                print(f"{name} differs from {next(iter(found))} by {diff} at {label}: not timed",
+                      file=sys.stderr)
+                continue
+        steps[name] = step
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            times[name].append(window_ms(torch, step, window))
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def pyplot():

@@ -28,9 +28,10 @@ reports GB/s = (K and V rows read + q + out bytes) / time. Writes serving.csv an
 import argparse
 import csv
 import os
-import statistics
 import sys
 from pathlib import Path
+
+from bench_report import stepper, time_backends
 
 try:
     import flashattn
@@ -127,13 +128,7 @@ def backends(torch):
                       num_splits=1)
             if pt.table is not None:
                 kw["page_table"] = pt.table
-            result = {}
-
-            def step():
-                r = flash_attn_varlen_func(pt.q, pt.k, pt.v, **kw)
-                result["out"] = r[0] if isinstance(r, tuple) else r
-            step()
-            return step, result["out"]
+            return stepper(lambda: flash_attn_varlen_func(pt.q, pt.k, pt.v, **kw))
 
         found["fa4"] = fa4
     except ImportError as e:
@@ -144,33 +139,15 @@ def backends(torch):
         if pt.table is not None or pt.sq != 1:
             raise NotImplementedError("SDPA runs contiguous decode only")
         q, k, v = (t.transpose(1, 2) for t in (pt.q, pt.k, pt.v))
-        box = {}
 
-        def step():
+        def call():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                box["out"] = torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                              enable_gqa=True)
-        step()
-        return step, box["out"].transpose(1, 2)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        step, out = stepper(call)
+        return step, out.transpose(1, 2)
 
     found["sdpa-flash"] = sdpa
     return found
-
-
-def window_ms(torch, step, ms):
-    """Mean time of one call, over calls back to back between two events for >= ms."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    calls = 1
-    while True:
-        start.record()
-        for _ in range(calls):
-            step()
-        stop.record()
-        stop.synchronize()
-        elapsed = start.elapsed_time(stop)
-        if elapsed >= ms:
-            return elapsed / calls
-        calls = max(calls * 2, int(calls * ms / max(elapsed, 1e-3) * 1.1))
 
 
 def main():
@@ -201,32 +178,9 @@ def main():
         if 2.0 * b * ctx * HKV * d * 2 / 2**30 > args.max_gib:
             continue
         pt = Point(torch, dtype, d, b, sq, ctx, page, gen)
-        steps, reference = {}, None
-        for name, make in found.items():
-            try:
-                step, out = make(pt)
-                torch.cuda.synchronize()
-            except Exception as e:  # a baseline that refuses a point (FA4 asserts, raises, ...)
-                if name == "libflashattn":
-                    raise
-                if not isinstance(e, NotImplementedError):
-                    print(f"{name} {kind} b{b} sq{sq} ctx{ctx} page{page}: {e}", file=sys.stderr)
-                continue
-            if reference is None:
-                reference = out.float()
-            else:
-                diff = (out.float() - reference).abs().max().item()
-                if not diff < 0.05:  # bf16 outputs of |o| < 1: a few ulps apart at most
-                    print(f"{name} differs from libflashattn by {diff} at {kind} b{b} sq{sq} "
-                          f"ctx{ctx} page{page}: not timed", file=sys.stderr)
-                    continue
-            steps[name] = step
-        times = {name: [] for name in steps}
-        for _ in range(args.repeats):
-            for name, step in steps.items():  # turns, window by window
-                times[name].append(window_ms(torch, step, args.window_ms))
-        for name, ts in times.items():
-            ms = statistics.median(ts)
+        medians = time_backends(torch, found, (pt,), f"{kind} b{b} sq{sq} ctx{ctx} page{page}",
+                                args.window_ms, args.repeats)
+        for name, ms in medians.items():
             rows.append(dict(gpu=gpu, dtype=dtype_name, kind=kind, d=d, batch=b, sq=sq,
                              context=ctx, page=page, backend=name, us=round(ms * 1e3, 2),
                              tflops=round(pt.flops() / (ms * 1e-3) / 1e12, 1),

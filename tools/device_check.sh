@@ -6,7 +6,7 @@
 #        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
 #        sm90_paged_synccheck python_gpu rust_device
-#        compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec
+#        compare before_after sweep autotune decode decode_paged decode_spec
 #        chunked_prefill varlen copy python_overhead
 # (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
 # are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
@@ -27,7 +27,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare compare_fp16 before_after sweep autotune decode decode_paged decode_spec chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after sweep autotune decode decode_paged decode_spec chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -115,10 +115,11 @@ step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
 if [ -x .deps/bin/device_forward ]; then
   step rust_device env LD_LIBRARY_PATH="$PWD/$build" .deps/bin/device_forward
 fi
-step compare python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
-  --out "$out/compare" --iters 20
-step compare_fp16 python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" \
-  --out "$out/compare-fp16" --iters 20 --dtype fp16
+# The FA-paper grid beside FlashAttention-4 (where installed: ../shared/tools/fa4-baseline), cuDNN
+# and FA2, bf16 and fp16, back-to-back timing.
+step compare env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \
+  python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" --out "$out/compare" \
+  --dtype bf16,fp16
 # The other commit's library: carried in .deps/before, or built above into build-before (which a
 # warm machine keeps between calls, while a carried .deps is replaced by each call's copy).
 base=.deps/before
@@ -128,8 +129,8 @@ if [ -f "$base/libflashattn.so.0" ]; then
     --base "$base" --out "$out/before-after"
 fi
 # Every registered kernel of both families on the grid: the data the choice table comes from.
-step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --iters 10 > '$out/sweep-bf16.csv'"
-step autotune "$build/bench/flashattn_bench" --autotune --iters 20 --seqlens 1024,4096,16384
+step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --window-ms 30 > '$out/sweep-bf16.csv'"
+step autotune "$build/bench/flashattn_bench" --autotune --seqlens 1024,4096,16384
 step decode python3 tools/bench_decode.py --bench "$build/bench/decode_bench" --out "$out/decode"
 step decode_paged "$build/bench/decode_bench" decode --pages 0,16,64,256 --batches 8,64 \
   --kv-lens 8192,32768

@@ -22,10 +22,11 @@ FA_GPU_TEST_SAMPLE="${FA_SWEEP_TEST_SAMPLE:-7}" "$build/tests/flashattn_gpu_test
   --test-case="every registered kernel*" >"$out/gpu_tests.log" 2>&1
 echo "gpu tests (rc $?): $SECONDS s"; tail -4 "$out/gpu_tests.log"
 SECONDS=0
-"$build/bench/flashattn_bench" --all-kernels --dtype "$dtype" --iters "${FA_SWEEP_ITERS:-5}" --csv \
+"$build/bench/flashattn_bench" --all-kernels --dtype "$dtype" --window-ms "${FA_SWEEP_WINDOW_MS:-30}" --csv \
   >"$out/sweep.csv" 2>"$out/sweep.err"
 echo "sweep: $SECONDS s, $(wc -l <"$out/sweep.csv") rows"
 SECONDS=0
-python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" --out "$out/compare" \
-  --dtype "$dtype" --iters 10 >"$out/compare.log" 2>&1
+FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \
+  python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" --out "$out/compare" \
+  --dtype "$dtype" >"$out/compare.log" 2>&1
 echo "compare: $SECONDS s"; tail -3 "$out/compare.log"

@@ -14,12 +14,14 @@ namespace fa::cuda::sm90 {
 
 inline constexpr int32_t kId = FA_FAMILY_SM90;
 
-// The Q tile, `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, and the
-// pipeline's mbarriers (Q full and empty, K and V full and empty per stage: tile.cuh's
-// Tile::kSmemBytes).
+// The Q tile, `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, the
+// pipeline's mbarriers (Q full and empty, K and V full and empty per stage), and O's staging
+// buffer (B_r rows) at d 128 where it fits in 227 KiB (tile.cuh's Tile::kSmemBytes).
 constexpr int64_t smem_bytes(KernelConfig const& c) {
-  return 1024 + (int64_t(c.B_r) + 2 * int64_t(c.stages) * c.B_c) * c.d_head * dtype_size(c.dtype) +
-         8 * (2 + 4 * int64_t(c.stages));
+  int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
+  int64_t const pipe = 1024 + q + 2 * int64_t(c.stages) * c.B_c * c.d_head * dtype_size(c.dtype) +
+                       8 * (2 + 4 * int64_t(c.stages));
+  return pipe + (c.d_head == 128 && pipe + q <= kMaxSmemBytesAnyArch ? q : 0);
 }
 
 namespace rules {

@@ -1,27 +1,77 @@
-// The sm90 family's epilogue: normalises a consumer thread's two rows of O, writes them (a row
+// The sm90 family's epilogue: normalises a consumer thread's two rows of O and writes them (a row
 // with no visible key gets 0) and their natural-log LSE, or, for one split of the keys, the fp32
-// partials the combine kernel merges (which adds the sinks once).
+// partials the combine kernel merges (which adds the sinks once). A warpgroup whose 64 rows all
+// lie in the sequence writes O through shared memory and one TMA store per 64 columns.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/forward_params.hpp"
 #include "cuda/ptx.cuh"
+#include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tile.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
 
 namespace fa::cuda::sm90 {
 
-// row0: the thread's first row in its sequence; c: the exponent's scale (softmax's).
-// A sink joins the denominator: l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
+// Named barriers 3 and 4 (1 and 2 are ping-pong's turns): one consumer warpgroup's 128 threads.
+__device__ __forceinline__ void warpgroup_sync(int wg) { named_sync(3 + wg, 128); }
+
+// Stages a warpgroup's 64 normalised rows in its slab of the O buffer (the layout of a
+// SWIZZLE_128B box of 64 rows x 64 columns per column block: 16-byte unit u of row r at
+// unit u ^ (r % 8)) and has its first thread store them with TMA. The thread also waits, before
+// the slab is written, until its previous tile's stores have read it (long done: a tile's main
+// loop runs between).
+template <class T>
+__device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const& sm, Work const& w,
+                                            float const (&o)[T::kD / 2], float const (&inv)[2],
+                                            int wg, int64_t wg_row) {
+  using Elem = typename T::Elem;
+  int const wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
+  if (wtid == 0) tma_store_wait_read();
+  warpgroup_sync(wg);
+  uint8_t* const slab = sm.o_tile + wg * (T::kD / 64) * 64 * 128;
+  // stmatrix.x4: matrices (rows +0, columns 8j), (+8, 8j), (+0, 8j + 8), (+8, 8j + 8); lane t
+  // addresses row t % 8 of matrix t / 8.
+  int const m = lane / 8, row = 16 * warp + 8 * (m & 1) + lane % 8;
+  uint32_t const row_base = smem_addr(slab) + row * 128;
+#pragma unroll
+  for (int j = 0; j < T::kD / 8; j += 2) {
+    int const unit = j + (m >> 1);  // this lane's 8-column unit
+    uint32_t const addr = row_base + (unit / 8) * 64 * 128 + (((unit % 8) ^ (row % 8)) * 16);
+    stmatrix_x4(addr, ptx::pack2<Elem>(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]),
+                ptx::pack2<Elem>(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]),
+                ptx::pack2<Elem>(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0]),
+                ptx::pack2<Elem>(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]));
+  }
+  fence_proxy_async_shared();  // the slab's writes, before TMA reads it
+  warpgroup_sync(wg);
+  if (wtid == 0) {
+#pragma unroll
+    for (int cb = 0; cb < T::kD / 64; ++cb) {
+      tma_store_4d(&params.o_map, slab + cb * 64 * 128, cb * 64, int(w.seq.q_first + wg_row),
+                   w.head, w.map_batch);
+    }
+    tma_store_commit();
+  }
+}
+
+// row0: the thread's first row in its sequence; wg_row: its warpgroup's first; c: the exponent's
+// scale (softmax's). A sink joins the denominator: l' = l e^(m - M) + e^(sink - M) with
+// M = max(m, sink). Both rows' sums are reduced before any store is issued (a shuffle queued
+// behind the first row's 16 stores waited for them: 9% of the stall samples at d 128, causal
+// 512, on an H200).
 template <class T, bool kGeneral>
-__device__ __forceinline__ void store_tile(ForwardParams const& p, Work const& w,
+__device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
                                            float const (&o)[T::kD / 2], float c, int64_t row0,
-                                           int lane) {
+                                           int64_t wg_row, int wg, int lane) {
   using Elem = typename T::Elem;
+  ForwardParams const& p = params.p;
   Elem* o_ptr = static_cast<Elem*>(p.o);
   bool const split_out = kGeneral && p.num_splits > 1;
+  float inv[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = detail::quad_sum(softmax.row_sum[r]);
@@ -34,7 +84,15 @@ __device__ __forceinline__ void store_tile(ForwardParams const& p, Work const& w
       out_scale = m == -INFINITY ? 0.f : __expf(m - top);
       sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
     }
-    float const inv = sum > 0.f ? out_scale / sum : 0.f;
+    inv[r] = sum > 0.f ? out_scale / sum : 0.f;
+    lse[r] = sum > 0.f ? top + logf(sum) : -INFINITY;
+  }
+  // The warpgroup's rows all in the sequence (uniform over its 128 threads, as the barriers in
+  // store_o_tma need).
+  bool const by_tma = T::kOBytes > 0 && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
+  if (by_tma) store_o_tma<T>(params, sm, w, o, inv, wg, wg_row);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     int64_t const row = row0 + 8 * r;
     if (row >= w.seq.sq) continue;
     if (split_out) {
@@ -46,28 +104,37 @@ __device__ __forceinline__ void store_tile(ForwardParams const& p, Work const& w
 #pragma unroll
       for (int j = 0; j < T::kD / 8; ++j) {
         *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            make_float2(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
       }
       if (lane % 4 == 0) {
-        p.lse_partial[(int64_t(w.split) * p.heads_q + w.head) * p.partial_rows + out_row] =
-            sum > 0.f ? top + logf(sum) : -INFINITY;
+        p.lse_partial[(int64_t(w.split) * p.heads_q + w.head) * p.partial_rows + out_row] = lse[r];
       }
       continue;
     }
-    Elem* out = o_ptr + w.batch * p.o_batch_stride + (w.seq.q_first + row) * p.o_seq_stride +
-                w.head * p.o_head_stride;
+    if (!by_tma) {
+      Elem* out = o_ptr + w.batch * p.o_batch_stride + (w.seq.q_first + row) * p.o_seq_stride +
+                  w.head * p.o_head_stride;
 #pragma unroll
-    for (int j = 0; j < T::kD / 8; ++j) {
-      uint32_t const v = ptx::pack2<Elem>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;
+      for (int j = 0; j < T::kD / 8; ++j) {
+        uint32_t const v = ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;
+      }
     }
     if (p.lse != nullptr && lane % 4 == 0) {
-      float const lse = sum > 0.f ? top + logf(sum) : -INFINITY;
       int64_t const at = p.layout == kLayoutVarlen
                              ? int64_t(w.head) * p.total_q + w.seq.q_first + row
                              : (int64_t(w.batch) * p.heads_q + w.head) * p.seqlen_q + row;
-      p.lse[at] = lse;
+      p.lse[at] = lse[r];
     }
+  }
+}
+
+// At the kernel's end: the warpgroup's TMA stores complete before the block exits (its shared
+// memory must outlive their reads).
+template <class T>
+__device__ __forceinline__ void finish_stores() {
+  if constexpr (T::kOBytes > 0) {
+    if (threadIdx.x % 128 == 0) tma_store_wait_all();
   }
 }
 

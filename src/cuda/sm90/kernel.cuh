@@ -2,7 +2,7 @@
 // 128-byte-swizzled shared memory through a multi-stage mbarrier pipeline (mainloop_load.cuh);
 // consumer warpgroups, 64 query rows each, compute S = Q K^T with wgmma from shared memory, run
 // the online softmax in fp32 on the accumulator layout (softmax.cuh), and accumulate O += P V
-// with P kept in registers (mainloop_mma.cuh), then write O and the LSE (epilogue.cuh). Blocks
+// with P kept in registers (mainloop_mma.cuh), then write O (by TMA from shared memory where it fits) and the LSE (epilogue.cuh). Blocks
 // take tiles from the scheduler (tile_scheduler.cuh); launch.cuh registers and launches it.
 #pragma once
 
@@ -77,9 +77,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
                       softmax.step(p, frame, transform, c, key0, sc, rescale);
                     });
     pipe += w.n_blocks;
-    store_tile<T, kGeneral>(p, w, softmax, o, c, row0, lane);
+    store_tile<T, kGeneral>(params, sm, w, softmax, o, c, row0,
+                            int64_t(w.m_block) * T::kBr + wg * 64, wg, lane);
   }
   turns.finish();
+  finish_stores<T>();
 #endif
 }
 

@@ -51,7 +51,7 @@ template <KernelConfig C>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
   using T = TileOf<C>;
   Params params;
-  params.head_group = head_group(p, C.d_head, C.persistent);
+  params.head_group = head_group(p, C.d_head, C.persistent, grid.x);
   // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
   // sequence's first); dense problems and contiguous caches span [batch, rows]; a paged cache's
   // K and V maps span its page pool [num_pages, page_size] in boxes of gcd(B_c, page_size) rows
@@ -77,6 +77,15 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
         encode_tile_map(&params.v_map, C.dtype, p.v, C.d_head, k_rows, heads_kv, k_batch,
                         p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows)}) {
     if (e != cudaSuccess) return e;
+  }
+  // O through the staging buffer and TMA where the tile has one and the rows are written
+  // unsplit; an O whose base or strides TMA cannot describe (not multiples of 16 bytes) is
+  // stored by the threads instead.
+  params.o_tma = 0;
+  if (T::kOBytes > 0 && p.num_splits == 1 &&
+      encode_tile_map(&params.o_map, C.dtype, p.o, C.d_head, q_rows, p.heads_q, q_batch,
+                      p.o_seq_stride, p.o_head_stride, p.o_batch_stride, 64) == cudaSuccess) {
+    params.o_tma = 1;
   }
   params.p = p;
   cudaLaunchConfig_t config = {};

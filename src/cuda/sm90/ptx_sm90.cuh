@@ -68,6 +68,40 @@ __device__ __forceinline__ void tma_load_4d(void* dst, CUtensorMap const* map, u
       : "memory");
 }
 
+// Copies shared memory at `src` (a box laid out as the map's swizzle wants) to the box at
+// coordinates (c0 .. c3) of a 4-D map; elements past the tensor's extents are not written. The
+// copy joins this thread's bulk group (tma_store_commit).
+__device__ __forceinline__ void tma_store_4d(CUtensorMap const* map, void const* src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(src))
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Waits until this thread's committed bulk stores have read their shared memory (it may be
+// written again); their global writes may still be in flight.
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Waits until this thread's committed bulk stores have completed.
+__device__ __forceinline__ void tma_store_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Writes four 8 x 8 matrices of 16-bit values to shared memory: register i of lane t holds
+// matrix i's row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1 (the mma accumulator layout); lane
+// t gives the address of row t % 8 of matrix t / 8 (16 contiguous bytes).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Orders this thread's generic-proxy writes to shared memory (st.shared, cp.async) before later
 // async-proxy reads of it (wgmma operands, TMA): a thread that fills a tile for wgmma runs it
 // after its writes complete and before it signals the tile's barrier.

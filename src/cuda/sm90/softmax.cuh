@@ -61,11 +61,14 @@ struct OnlineSoftmax {
       }
     }
     // Mask: keys past the sequence, and outside each row's window (causal caps its right bound
-    // at the diagonal). Blocks clear of every bound of this warpgroup's 64 rows skip it.
-    if (key0 + T::kBc > f.sk || key0 + T::kBc - 1 > f.wg_diag + p.window_right ||
-        key0 < f.wg_diag + 63 - p.window_left) {
+    // at the diagonal). Blocks clear of every bound of this warpgroup's 64 rows skip it; a block
+    // clear of the left bound (every block without a sliding window) tests the right one only:
+    // one integer compare per score instead of two (the compares were 7% of the instructions
+    // at d 128, causal 512).
+    bool const left = key0 < f.wg_diag + 63 - p.window_left;
+    if (left || key0 + T::kBc > f.sk || key0 + T::kBc - 1 > f.wg_diag + p.window_right) {
       // Each row's visible columns of the block as a range [lo, hi], clamped to 32 bits once,
-      // so the per-score test is two integer compares (not 64-bit key arithmetic).
+      // so the per-score test is integer compares (not 64-bit key arithmetic).
       int lo[2], hi[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -74,11 +77,19 @@ struct OnlineSoftmax {
         hi[r] = int(max(min(last, int64_t(T::kBc)), int64_t(-1)));
         lo[r] = int(max(min(diag - p.window_left, int64_t(T::kBc)), int64_t(0)));
       }
+      if (left) {
 #pragma unroll
-      for (int i = 0; i < T::kBc / 2; ++i) {
-        int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
-        int const r = (i >> 1) & 1;
-        if (col < lo[r] || col > hi[r]) sc[i] = -INFINITY;
+        for (int i = 0; i < T::kBc / 2; ++i) {
+          int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
+          int const r = (i >> 1) & 1;
+          if (col < lo[r] || col > hi[r]) sc[i] = -INFINITY;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < T::kBc / 2; ++i) {
+          int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
+          if (col > hi[(i >> 1) & 1]) sc[i] = -INFINITY;
+        }
       }
     }
     // The scale is folded into one FFMA per score before the MUFU.EX2: 2^(s c - m c).

@@ -22,6 +22,9 @@ struct Params {
   CUtensorMap q_map;  // 4-D {head_dim, seqlen_q, heads_q, batch}, box {64, B_r, 1, 1}
   CUtensorMap k_map;  // 4-D {head_dim, seqlen_k, heads_kv, batch}, box {64, B_c, 1, 1}
   CUtensorMap v_map;
+  // O's rows by 64 ({head_dim, q rows, heads_q, batch} as q_map, box {64, 64, 1, 1}), where the
+  // tile has an O staging buffer (Tile::kOBytes) and o_tma is 1.
+  CUtensorMap o_map;
   ForwardParams p;
   // Rows of a K/V box: B_c, or for a paged cache gcd(B_c, page_size), with the maps spanning
   // the page pool {head_dim, page_size, heads_kv, num_pages} (mainloop_load.cuh).
@@ -35,6 +38,10 @@ struct Params {
   // the group at one block before the next block. A group's K and V stay in L2 while its tiles
   // run (the launcher sizes it); 1 walks one head's query blocks at a time.
   int64_t head_group;
+  // 1: a consumer warpgroup whose 64 rows all lie in its sequence writes them through the O
+  // staging buffer with TMA (epilogue.cuh); 0 (no buffer, a split-KV run, or strides TMA cannot
+  // describe): every thread stores its rows itself.
+  int32_t o_tma;
 };
 
 template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool kOverlap_,
@@ -62,8 +69,13 @@ struct Tile {
   static constexpr int kQBytes = kBr * kD * 2;
   static constexpr int kKVBytes = kBc * kD * 2;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
-  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kQBytes +
-                                    2 * kStages * kKVBytes + kBarrierBytes;
+  static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes + 2 * kStages * kKVBytes +
+                                    kBarrierBytes;
+  // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
+  // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
+  // thread, staging ran 5-9% slower than the threads' own stores (non-causal 512-4096, H200).
+  static constexpr int kOBytes = kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
+  static constexpr int kSmemBytes = kPipeBytes + kOBytes;
   // Registers per thread after reallocation: the producer warpgroup gives its share to the
   // consumers (128 * 24 + 256 * 240 = 64512 of 65536 with two consumers).
   static constexpr int kProducerRegs = kConsumers == 1 ? 56 : kConsumers == 2 ? 24 : 32;
@@ -75,7 +87,8 @@ struct Tile {
   static_assert(!kPingpong || kConsumers == 2, "ping-pong alternates two warpgroups");
 };
 
-// The block's shared memory: the Q tile, kStages K and V stages, then the pipeline's mbarriers.
+// The block's shared memory: the Q tile, kStages K and V stages, O's staging buffer (kOBytes,
+// possibly none), then the pipeline's mbarriers.
 // Key blocks pass through the stages in one sequence over all of a block's tiles: the pipe-th
 // block (counted by both sides) uses stage pipe % kStages in phase (pipe / kStages) & 1, and the
 // q-th tile with keys uses the Q buffer in phase q & 1.
@@ -84,6 +97,7 @@ struct Smem {
   uint8_t* q_tile;
   uint8_t* k_tiles;
   uint8_t* v_tiles;
+  uint8_t* o_tile;  // [kBr / 64 warpgroups][kD / 64 column blocks][64 rows][128 bytes], swizzled
   uint64_t* q_full;
   uint64_t* q_empty;
   uint64_t* k_full;  // kStages each
@@ -96,7 +110,8 @@ struct Smem {
     q_tile = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     k_tiles = q_tile + T::kQBytes;
     v_tiles = k_tiles + T::kStages * T::kKVBytes;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(v_tiles + T::kStages * T::kKVBytes);
+    o_tile = v_tiles + T::kStages * T::kKVBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(o_tile + T::kOBytes);
     q_full = bars;
     q_empty = bars + 1;
     k_full = bars + 2;

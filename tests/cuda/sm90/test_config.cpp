@@ -25,9 +25,16 @@ KernelConfig base_with(Change change) {
 }  // namespace
 
 // The kernel templates static_assert the same rules validate() reports, and launch.cuh checks the
-// formula against tile.cuh's Tile::kSmemBytes: 1024 + (128 + 2 * 2 * 128) * 128 * 2 + 8 * (2 + 8).
+// formula against tile.cuh's Tile::kSmemBytes: 1024 + (128 + 2 * 2 * 128) * 128 * 2 + 8 * (2 + 8)
+// for the pipeline, and at d 128 O's staging buffer (128 * 128 * 2) where it fits in 227 KiB: at
+// 2 stages, not at 3 (1024 + (128 + 2 * 3 * 128) * 128 * 2 + 8 * (2 + 12) = 230512; 32768 more
+// would pass 232448); never at d 64 (1024 + (128 + 2 * 2 * 128) * 64 * 2 + 8 * (2 + 8)).
 static_assert(fa::rules::common_ok(kBase) && rules::own(kBase) && !rules::knobs_unset(kBase));
-static_assert(smem_bytes(kBase) == 164944);
+static_assert(smem_bytes(kBase) == 164944 + 32768);
+static_assert(smem_bytes(KernelConfig{DType::kBF16, 128, 128, 128, 12, false, false, false, 0, 0,
+                                      0, false, false, kId, 3}) == 230512);
+static_assert(smem_bytes(KernelConfig{DType::kBF16, 64, 128, 128, 12, false, false, false, 0, 0,
+                                      0, false, false, kId, 2}) == 83024);
 static_assert(!rules::own(KernelConfig{DType::kBF16, 128, 128, 128, 12, false, false, false, 0, 0,
                                        0, false, false, kId, 5}));
 
