@@ -73,7 +73,7 @@ struct Tile {
                                     kBarrierBytes;
   // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
-  // thread, staging ran 5-9% slower than the threads' own stores (non-causal 512-4096, H200).
+  // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
   static constexpr int kOBytes = kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
   static constexpr int kSmemBytes = kPipeBytes + kOBytes;
   // Registers per thread after reallocation: the producer warpgroup gives its share to the

@@ -90,7 +90,7 @@ struct TileScheduler {
 //   - every pair where a pair has more than 16 query blocks: a group of one head at 16k keys spans
 //     that head's every query block in one round of 132 tiles, and the block that drew the
 //     heaviest each round took 2x the mean (0.53x the speed of one block per tile at d = 256);
-//     groups sized for 4 rounds ran 4-14% slower at 8k and 16k than every pair (H200);
+//     groups sized for 4 rounds ran 3-14% slower at 8k and 16k than every pair (H200);
 //   - else the L2's share, but at least enough pairs for 4 rounds of `grid` tiles: with every
 //     pair each query block of every head ran before the next, and at 512 keys, d = 128, the 512
 //     heads' K and V (134 MB) came from DRAM once per query block, 456 MB in all against 276 MB
