@@ -1,0 +1,40 @@
+// The host's half of the sm90 family's tile order (tile_scheduler.cuh walks it): how many
+// (batch, head) pairs a launch walks together. Plain C++, so the family tests check it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/forward_params.hpp"
+
+namespace fa::cuda::sm90 {
+
+// (batch, head) pairs walked together (Params::head_group): as many as keep their K and V within
+// 24 MiB, half of the H100's 50 MB L2 (the rest holds the streamed Q and O), counting a K/V head
+// once for the query heads that share it: at d = 128 and 16k keys a head's K and V take 8 MiB, so
+// 3 heads (12 with 4 query heads per K/V head). A persistent kernel under a mask orders tiles
+// heaviest first within a group, and takes
+//   - every pair where a pair has more than 16 query blocks: a group of one head at 16k keys spans
+//     that head's every query block in one round of 132 tiles, and the block that drew the
+//     heaviest each round took 2x the mean (0.53x the speed of one block per tile at d = 256);
+//     groups sized for 4 rounds ran 3-14% slower at 8k and 16k than every pair (H200);
+//   - else the L2's share, but at least enough pairs for 4 rounds of `grid` tiles: with every
+//     pair each query block of every head ran before the next, and at 512 keys, d = 128, the 512
+//     heads' K and V (134 MB) came from DRAM once per query block, 456 MB in all against 276 MB
+//     for FA4; grouped, 1.17x faster at 512 and 1024 (ncu and back-to-back timing, H200).
+inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid) {
+  int64_t const pairs = int64_t(p.heads_q) * p.batch;
+  constexpr int64_t kL2Budget = int64_t(24) << 20;
+  int64_t const kv_bytes = 2 * int64_t(p.seqlen_k) * d_head * 2;
+  int64_t group = kL2Budget * p.q_heads_per_kv / std::max<int64_t>(kv_bytes, 1);
+  if (persistent && p.masked) {
+    constexpr int64_t kMaxGroupedBlocks = 16, kMinRounds = 4;
+    int64_t const q_blocks = std::max<int64_t>(p.n_q_blocks, 1);
+    group = q_blocks > kMaxGroupedBlocks
+                ? pairs
+                : std::max(group, (kMinRounds * grid + q_blocks - 1) / q_blocks);
+  }
+  return std::clamp<int64_t>(group, 1, pairs);
+}
+
+}  // namespace fa::cuda::sm90

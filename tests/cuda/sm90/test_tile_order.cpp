@@ -1,0 +1,62 @@
+// The sm90 family's tile order on the host (src/cuda/sm90/tile_order.hpp): the (batch, head)
+// pairs a launch walks together.
+#include "cuda/sm90/tile_order.hpp"
+
+#include <doctest/doctest.h>
+
+namespace fa::cuda::sm90 {
+namespace {
+
+// The FA-paper grid's point at `seqlen` with head dim `d` (hidden 2048, batch 16384 / seqlen)
+// as the launcher sees it: B_r = 128 rows a query block.
+ForwardParams paper_point(int seqlen, int d, bool causal) {
+  ForwardParams p{};
+  p.batch = 16384 / seqlen;
+  p.heads_q = 2048 / d;
+  p.q_heads_per_kv = 1;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.n_q_blocks = (seqlen + 127) / 128;
+  p.masked = causal ? 1 : 0;
+  return p;
+}
+
+}  // namespace
+
+TEST_SUITE("family") {
+  TEST_CASE("sm90 tile order: pairs walked together") {
+    constexpr int64_t kGrid = 132;  // an H100's or H200's SMs
+    SUBCASE("K and V within 24 MiB of L2 without a mask or persistent blocks") {
+      // d 128, 16k keys: 8 MiB of K and V a head, 3 heads; 4 query heads per K/V head share it.
+      ForwardParams p = paper_point(16384, 128, false);
+      CHECK(head_group(p, 128, true, kGrid) == 3);
+      CHECK(head_group(paper_point(16384, 128, true), 128, false, kGrid) == 3);
+      p.q_heads_per_kv = 4;
+      CHECK(head_group(p, 128, true, kGrid) == 12);
+      // 512 keys: 256 KiB a head, 96 heads of the 512 pairs.
+      CHECK(head_group(paper_point(512, 128, false), 128, true, kGrid) == 96);
+    }
+    SUBCASE("a persistent kernel under a mask, short sequences: L2's share, at least 4 rounds") {
+      // 4 query blocks a pair: 132 pairs fill 4 rounds of 132 blocks (more than L2's 96).
+      CHECK(head_group(paper_point(512, 128, true), 128, true, kGrid) == 132);
+      // d 64 at 512: 128 KiB a head, L2 holds 192 pairs, more than 4 rounds need.
+      CHECK(head_group(paper_point(512, 64, true), 64, true, kGrid) == 192);
+      // 16 query blocks (2048 keys), the longest grouped: ceil(4 * 132 / 16) = 33 > L2's 24.
+      CHECK(head_group(paper_point(2048, 128, true), 128, true, kGrid) == 33);
+    }
+    SUBCASE("a persistent kernel under a mask, longer sequences: every pair") {
+      CHECK(head_group(paper_point(4096, 128, true), 128, true, kGrid) == 4 * 16);
+      CHECK(head_group(paper_point(16384, 256, true), 256, true, kGrid) == 8);
+    }
+    SUBCASE("within [1, pairs]") {
+      ForwardParams p = paper_point(512, 128, true);
+      p.batch = 1;
+      p.heads_q = 2;
+      CHECK(head_group(p, 128, true, kGrid) == 2);
+      p = paper_point(16384, 256, false);
+      p.seqlen_k = 1 << 30;  // K and V far past L2
+      CHECK(head_group(p, 256, false, kGrid) == 1);
+    }
+  }
+}
+
+}  // namespace fa::cuda::sm90
