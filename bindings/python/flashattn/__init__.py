@@ -717,15 +717,21 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
 _NO_DESCALES = (None, None, None)
 
 
-def _descale_layout(q_descale, k_descale, v_descale):
-    """fa_config.descale for the descale arrays given (None when none is): one float32 per
-    tensor (shape (1,) or ()), or one per (batch, K/V head) (2 dimensions), the same for all."""
-    layout = None
-    for name, arr in (("q_descale", q_descale), ("k_descale", k_descale),
-                      ("v_descale", v_descale)):
+_DESCALE_NAMES = ("q_descale", "k_descale", "v_descale")
+
+
+def _descales(q_descale, k_descale, v_descale):
+    """(fa_config.descale, descriptions) for the descale arrays given ((None, None) when none
+    is): one float32 per tensor (shape (1,) or ()), or one per (batch, K/V head) (2 dimensions),
+    the same for all. descriptions holds each array's describe_aux() result (None where absent),
+    which _descale_pointers() checks and reads once the problem is known."""
+    layout, described = None, []
+    for name, arr in zip(_DESCALE_NAMES, (q_descale, k_descale, v_descale)):
         if arr is None:
+            described.append(None)
             continue
-        shape = tuple(_tensors.describe_aux(arr, name, "float32")[1])
+        d = _tensors.describe_aux(arr, name, "float32")
+        shape = tuple(d[1])
         mine = (_ffi.FA_DESCALE_PER_TENSOR if shape in ((), (1,)) else
                 _ffi.FA_DESCALE_PER_HEAD_KV if len(shape) == 2 else None)
         if mine is None:
@@ -735,25 +741,28 @@ def _descale_layout(q_descale, k_descale, v_descale):
             raise ValueError("q_descale, k_descale and v_descale must all be per tensor or all "
                              "per (batch, heads_kv)")
         layout = mine
-    return layout
+        described.append(d)
+    return layout, described
 
 
-def _descale_pointers(q_descale, k_descale, v_descale, layout, batch, heads_kv, device, handle):
+def _descale_pointers(arrays, described, layout, batch, heads_kv, device, handle):
     """The descale arrays' addresses (None where absent), each checked against its layout's
-    shape and q's device, and the objects that keep them alive through the call."""
+    shape and q's device, and the objects that keep them alive through the call. described is
+    _descales()'s; an array exported through DLPack before the stream was known is described
+    again with it."""
     want = (1,) if layout == _ffi.FA_DESCALE_PER_TENSOR else (batch, heads_kv)
     pointers, keep = [], []
-    for name, arr in (("q_descale", q_descale), ("k_descale", k_descale),
-                      ("v_descale", v_descale)):
-        if arr is None:
+    for name, arr, d in zip(_DESCALE_NAMES, arrays, described):
+        if d is None:
             pointers.append(None)
             continue
-        described = _tensors.describe_aux(arr, name, "float32", handle)
-        got = tuple(described[1])
-        if (got if got else (1,)) != want or described[2] != device:
-            _aux_mismatch(name, described, want, device)
-        pointers.append(described[0])
-        keep.append(described)
+        if d[3] is not None:  # a DLPack capsule
+            d = _tensors.describe_aux(arr, name, "float32", handle)
+        got = tuple(d[1])
+        if (got if got else (1,)) != want or d[2] != device:
+            _aux_mismatch(name, d, want, device)
+        pointers.append(d[0])
+        keep.append(d)
     return tuple(pointers), keep
 
 
@@ -919,7 +928,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     seq, heads, _ = _LAYOUTS.get(layout, (1, 2, ""))
     heads_q = shape[heads] if len(shape) == 4 else 0
     features = _features("dense", window, softcap, alibi_slopes, sinks, shape[0], heads_q)
-    descale = _descale_layout(q_descale, k_descale, v_descale)
+    descale, described = _descales(q_descale, k_descale, v_descale)
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, layout, features,
                                                           descale)
@@ -930,9 +939,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
     alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, heads_q, tq.device, handle)
     descales = None
     if descale is not None:
-        descales, keep_descales = _descale_pointers(q_descale, k_descale, v_descale, descale,
-                                                    tq.shape[0], tk.shape[heads], tq.device,
-                                                    handle)
+        descales, keep_descales = _descale_pointers((q_descale, k_descale, v_descale),
+                                                    described, descale, tq.shape[0],
+                                                    tk.shape[heads], tq.device, handle)
     return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                    (None, None, None, None, alibi, sink, None, 0), workspace, descales)
 
@@ -994,8 +1003,8 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
         features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
                              extra=extra)
-    descale = (None if q_descale is None and k_descale is None and v_descale is None else
-               _descale_layout(q_descale, k_descale, v_descale))
+    descale, described = (_NO_DESCALES[:2] if q_descale is None and k_descale is None and
+                          v_descale is None else _descales(q_descale, k_descale, v_descale))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features,
                                                           descale)
@@ -1019,8 +1028,9 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         pointers = (cu_q[0], cu_k[0], None, None, alibi, sink, None, 0)
     # cu_q and cu_k hold their capsules (keepalive) through the call.
     if descale is not None:
-        descales, keep_descales = _descale_pointers(q_descale, k_descale, v_descale, descale,
-                                                    batch, tk.shape[1], device, handle)
+        descales, keep_descales = _descale_pointers((q_descale, k_descale, v_descale),
+                                                    described, descale, batch, tk.shape[1],
+                                                    device, handle)
         return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                        pointers, workspace, descales)
     if workspace is not None or plan.workspace:
@@ -1099,8 +1109,8 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
         features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q,
                              num_splits, extra)
-    descale = (None if q_descale is None and k_descale is None and v_descale is None else
-               _descale_layout(q_descale, k_descale, v_descale))
+    descale, described = (_NO_DESCALES[:2] if q_descale is None and k_descale is None and
+                          v_descale is None else _descales(q_descale, k_descale, v_descale))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k_cache, v_cache, out, return_lse,
                                                           stream, causal, softmax_scale, kernel,
                                                           "bshd", features, descale)
@@ -1132,8 +1142,9 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         pointers = (None, None, lens[0], pages, alibi, sink, None, 0)
     # lens and table hold their capsules (keepalive) through the call.
     if descale is not None:
-        descales, keep_descales = _descale_pointers(q_descale, k_descale, v_descale, descale,
-                                                    batch, tk.shape[2], device, handle)
+        descales, keep_descales = _descale_pointers((q_descale, k_descale, v_descale),
+                                                    described, descale, batch, tk.shape[2],
+                                                    device, handle)
         return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
                        pointers, workspace, descales)
     if workspace is not None or plan.workspace:
