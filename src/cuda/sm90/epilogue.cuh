@@ -116,7 +116,8 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
                   w.head * p.o_head_stride;
 #pragma unroll
       for (int j = 0; j < T::kD / 8; ++j) {
-        uint32_t const v = ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+        uint32_t const v =
+            ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;
       }
     }

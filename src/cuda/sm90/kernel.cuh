@@ -2,8 +2,9 @@
 // 128-byte-swizzled shared memory through a multi-stage mbarrier pipeline (mainloop_load.cuh);
 // consumer warpgroups, 64 query rows each, compute S = Q K^T with wgmma from shared memory, run
 // the online softmax in fp32 on the accumulator layout (softmax.cuh), and accumulate O += P V
-// with P kept in registers (mainloop_mma.cuh), then write O (by TMA from shared memory where it fits) and the LSE (epilogue.cuh). Blocks
-// take tiles from the scheduler (tile_scheduler.cuh); launch.cuh registers and launches it.
+// with P kept in registers (mainloop_mma.cuh), then write O (by TMA from shared memory where it
+// fits) and the LSE (epilogue.cuh). Blocks take tiles from the scheduler (tile_scheduler.cuh);
+// launch.cuh registers and launches it.
 #pragma once
 
 #include <cstdint>

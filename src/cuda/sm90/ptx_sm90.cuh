@@ -71,8 +71,8 @@ __device__ __forceinline__ void tma_load_4d(void* dst, CUtensorMap const* map, u
 // Copies shared memory at `src` (a box laid out as the map's swizzle wants) to the box at
 // coordinates (c0 .. c3) of a 4-D map; elements past the tensor's extents are not written. The
 // copy joins this thread's bulk group (tma_store_commit).
-__device__ __forceinline__ void tma_store_4d(CUtensorMap const* map, void const* src, int c0, int c1,
-                                             int c2, int c3) {
+__device__ __forceinline__ void tma_store_4d(CUtensorMap const* map, void const* src, int c0,
+                                             int c1, int c2, int c3) {
   asm volatile(
       "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
           reinterpret_cast<uint64_t>(map)),
