@@ -10,10 +10,13 @@
 #        chunked_prefill varlen copy python_overhead
 # (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
 # are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
-# ring_example and ring_py (asked for by name only) runs examples/context_parallel/ring_attention.cpp as one
-# rank (WORLD_SIZE=1: NCCL set up, no transfer; its check against single-GPU attention); asking
-# for it configures with -DFA_BUILD_CONTEXT_PARALLEL_EXAMPLE=ON (NCCL from NCCL_ROOT, else
-# PyTorch's NCCL package); more ranks need more GPUs.
+# ring_example and ring_py (asked for by name only) run examples/context_parallel/ring_attention.cpp
+# and .py as one rank (WORLD_SIZE=1: NCCL set up, no transfer; their check against single-GPU
+# attention); ring_nccl and ring_nccl_py (by name only) run them over every GPU of the machine,
+# one process per GPU, at each of FA_CP_SEQLENS rows per rank (default "65536 262144"). Asking
+# for ring_example or ring_nccl configures with -DFA_BUILD_CONTEXT_PARALLEL_EXAMPLE=ON (NCCL from
+# NCCL_ROOT, else PyTorch's NCCL package). context_parallel_memcheck and
+# context_parallel_racecheck (by name only) run the one-GPU simulated ring under each tool.
 # before_after times the built-in choice of this build against another commit's library, back to
 # back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
 # or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
@@ -39,10 +42,11 @@ step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, reco
     echo "   FAILED ($((SECONDS - t0)) s); tail of $name.log:"; tail -n 40 "$logs/$name.log"; status=1; fi
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
+nvidia-smi topo -m >>"$out/gpu.txt" 2>&1  # how the GPUs are linked (NVLink: NV<n>)
 cat "$out/gpu.txt"
 if want build; then
   steps="$steps configure "
-  if want ring_example; then
+  if want ring_example || want ring_nccl; then
     # The NCCL program builds only on request; where NCCL_ROOT is unset, PyTorch's NCCL package
     # (nvidia-nccl-*: include/nccl.h, lib/libnccl.so.2) serves.
     if [ -z "${NCCL_ROOT:-}" ]; then
@@ -87,6 +91,35 @@ step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attent
 step ring_py env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python" python3 -m torch.distributed.run --standalone \
   --nproc-per-node 1 examples/context_parallel/ring_attention.py --seqlen-per-rank 16384 --iters 3
+for tool in memcheck racecheck; do
+  step "context_parallel_$tool" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+    "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_context_parallel*"
+done
+# NVLink multicast stays off (it can take a shared host's GPUs out of service): set here too,
+# should the machine's environment lack it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export FA_CP_SEQLENS="${FA_CP_SEQLENS:-65536 262144}" FA_CP_GPUS build
+FA_CP_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# Every rank of the C++ program at $1 rows per rank, in the background; fails if any rank fails.
+ring_ranks() {
+  local id="/tmp/fa-cp-$$-$1.id" pids=() rc=0 r p
+  rm -f "$id"
+  for ((r = 0; r < FA_CP_GPUS; ++r)); do
+    FA_CP_ID_FILE="$id" WORLD_SIZE="$FA_CP_GPUS" RANK=$r LOCAL_RANK=$r \
+      "$build/examples/flashattn_ring_attention" --seqlen-per-rank "$1" --iters 5 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  rm -f "$id"
+  return $rc
+}
+export -f ring_ranks
+step ring_nccl bash -c 'rc=0; for n in $FA_CP_SEQLENS; do ring_ranks "$n" || rc=1; done; exit $rc'
+step ring_nccl_py env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
+  PYTHONPATH="$PWD/bindings/python" bash -c 'rc=0; for n in $FA_CP_SEQLENS; do
+    python3 -m torch.distributed.run --standalone --nproc-per-node "$FA_CP_GPUS" \
+      examples/context_parallel/ring_attention.py --seqlen-per-rank "$n" --iters 5 || rc=1; done
+    exit $rc'
 # memcheck: a sample of the kernel tests, and every feature test (malformed indices included).
 step memcheck env FA_GPU_TEST_SAMPLE=9 compute-sanitizer --tool memcheck --error-exitcode 3 \
   "$build/tests/flashattn_gpu_tests"
@@ -148,7 +181,7 @@ step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
 grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
-for f in before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
+for f in ring_example ring_py ring_nccl ring_nccl_py before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
   [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }
 done
 tail -n 12 "$logs/autotune.log" 2>/dev/null

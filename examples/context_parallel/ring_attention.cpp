@@ -12,8 +12,8 @@
 // order a receive after the compute that last read its buffer, and the next step's compute after
 // that receive). Partial results are merged with fa_merge_states. The program checks every rank's
 // rows against single-GPU attention of the whole sequence and reports the ring's time beside the
-// single GPU's and the time of its compute and communication steps apart, so that their overlap
-// shows.
+// single GPU's, and beside the same passes with only the compute steps and with only the
+// transfers, so that what the overlap hides shows.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -217,14 +217,10 @@ int main(int argc, char** argv) {
   ring::shard_rows(s, rank, p.batch, p.heads_kv, d, 2, hk.data(), own_k, true, device_copy);
   ring::shard_rows(s, rank, p.batch, p.heads_kv, d, 2, hv.data(), own_v, true, device_copy);
 
-  // Events: per step, the compute and communication intervals; per buffer, "compute done with
-  // it" (a receive may overwrite it) and "received" (compute may read it).
+  // Events per buffer: "compute done with it" (a receive may overwrite it) and "received"
+  // (compute may read it).
   const int n = world;
-  std::vector<cudaEvent_t> c0(n), c1(n), m0(n), m1(n);
   cudaEvent_t computed[2], received[2], start, stop;
-  for (int t = 0; t < n; ++t) {
-    for (cudaEvent_t* e : {&c0[t], &c1[t], &m0[t], &m1[t]}) CHECK_CUDA(cudaEventCreate(e));
-  }
   for (int i = 0; i < 2; ++i) {
     CHECK_CUDA(cudaEventCreateWithFlags(&computed[i], cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&received[i], cudaEventDisableTiming));
@@ -235,23 +231,26 @@ int main(int argc, char** argv) {
     return static_cast<size_t>(p.batch * s.shard_length(origin) * p.heads_kv * d) * 2;
   };
 
+  // One pass of the ring: with `transfer` the held shard goes on by NCCL each step, with
+  // `compute` each step's attention runs. Both is the ring; either alone times that part by
+  // itself (compute alone reads stale buffers, transfers alone move shards nobody reads), so that
+  // the printout shows how much of the transfers the overlap hides. Returns the pass's time.
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  double ring_ms = 0, compute_ms = 0, comm_ms = 0;
-  for (int it = 0; it <= opt.iters; ++it) {  // iteration 0 warms up (kernel choice, NCCL setup)
-    // The own shard into the ring's first buffer (a copy, so that every run starts alike), not
+  const auto pass = [&](bool transfer, bool compute_on) {
+    // The own shard into the ring's first buffer (a copy, so that every pass starts alike), not
     // timed: an application would hold its shard there already.
     CHECK_CUDA(cudaMemcpyAsync(kbuf[0], own_k, bytes_of(rank), cudaMemcpyDeviceToDevice, compute));
     CHECK_CUDA(cudaMemcpyAsync(vbuf[0], own_v, bytes_of(rank), cudaMemcpyDeviceToDevice, compute));
     CHECK_CUDA(cudaEventRecord(start, compute));
     CHECK_CUDA(cudaEventRecord(received[0], compute));
+    CHECK_CUDA(cudaEventRecord(received[1], compute));
     CHECK_CUDA(cudaEventRecord(computed[1], compute));  // buffer 1 is free before step 0
     for (int t = 0, cur = 0; t < n; ++t, cur ^= 1) {
-      if (t + 1 < n) {
+      if (transfer && t + 1 < n) {
         // Send the held shard on, receive the next into the other buffer once its last reader
         // (step t - 1's compute) is done.
         CHECK_CUDA(cudaStreamWaitEvent(comm_stream, received[cur]));
         CHECK_CUDA(cudaStreamWaitEvent(comm_stream, computed[cur ^ 1]));
-        CHECK_CUDA(cudaEventRecord(m0[t], comm_stream));
         const size_t out = bytes_of(s.kv_origin(rank, t)), in = bytes_of(s.kv_origin(rank, t + 1));
         CHECK_NCCL(ncclGroupStart());
         CHECK_NCCL(ncclSend(kbuf[cur], out, ncclChar, next, comm, comm_stream));
@@ -259,34 +258,45 @@ int main(int argc, char** argv) {
         CHECK_NCCL(ncclRecv(kbuf[cur ^ 1], in, ncclChar, prev, comm, comm_stream));
         CHECK_NCCL(ncclRecv(vbuf[cur ^ 1], in, ncclChar, prev, comm, comm_stream));
         CHECK_NCCL(ncclGroupEnd());
-        CHECK_CUDA(cudaEventRecord(m1[t], comm_stream));
         CHECK_CUDA(cudaEventRecord(received[cur ^ 1], comm_stream));
       }
       CHECK_CUDA(cudaStreamWaitEvent(compute, received[cur]));
-      CHECK_CUDA(cudaEventRecord(c0[t], compute));
-      b.k = kbuf[cur];
-      b.v = vbuf[cur];
-      CHECK_FA(ring::run_step(ctx, reinterpret_cast<fa_stream_t>(compute), s, p, rank, t, b));
-      CHECK_CUDA(cudaEventRecord(c1[t], compute));
+      if (compute_on) {
+        b.k = kbuf[cur];
+        b.v = vbuf[cur];
+        CHECK_FA(ring::run_step(ctx, reinterpret_cast<fa_stream_t>(compute), s, p, rank, t, b));
+      }
       CHECK_CUDA(cudaEventRecord(computed[cur], compute));
     }
     CHECK_CUDA(cudaEventRecord(stop, compute));
     CHECK_CUDA(cudaEventSynchronize(stop));
     CHECK_CUDA(cudaStreamSynchronize(comm_stream));
-    if (it > 0) {
-      ring_ms += elapsed_ms(start, stop) / opt.iters;
-      for (int t = 0; t < n; ++t) {
-        compute_ms += elapsed_ms(c0[t], c1[t]) / opt.iters;
-        if (t + 1 < n) comm_ms += elapsed_ms(m0[t], m1[t]) / opt.iters;
-      }
-    }
-  }
-  std::printf("rank %d/%d: %lld rows (%s, %s), ring %.3f ms: compute steps %.3f ms, "
-              "communication steps %.3f ms (overlap hides %.3f ms)\n",
+    return static_cast<double>(elapsed_ms(start, stop));
+  };
+  // Each pass once to warm up (kernel choice, NCCL connections), then --iters times; every rank
+  // runs the same passes in the same order, so the transfers always find their peers.
+  const auto mean_ms = [&](bool transfer, bool compute_on) {
+    pass(transfer, compute_on);
+    double ms = 0;
+    for (int it = 0; it < opt.iters; ++it) ms += pass(transfer, compute_on) / opt.iters;
+    return ms;
+  };
+  const double ring_ms = mean_ms(true, true);
+  std::vector<uint16_t> mine(q_shard / 2);  // the ring's result, before the passes below
+  device_copy(mine.data(), b.o, q_shard);
+  const double compute_ms = mean_ms(false, true);
+  const double transfer_ms = n > 1 ? mean_ms(true, false) : 0.0;
+  size_t moved = 0;
+  for (int t = 0; t + 1 < n; ++t) moved += 2 * bytes_of(s.kv_origin(rank, t));
+  // Where the transfers hide behind the compute the ring takes compute alone's time; the rest
+  // of its excess is the wait for the slowest rank (each step needs the previous rank's shard).
+  std::printf("rank %d/%d: %lld rows (%s, %s), ring %.3f ms; alone: compute %.3f ms, transfers "
+              "%.3f ms (%.1f GB/s sent); the ring takes %.3fx compute alone (%+.3f ms)\n",
               rank, n, static_cast<long long>(rows),
               opt.layout == ring::Layout::zigzag ? "zigzag" : "contiguous",
-              opt.causal ? "causal" : "full", ring_ms, compute_ms, comm_ms,
-              compute_ms + comm_ms - ring_ms);
+              opt.causal ? "causal" : "full", ring_ms, compute_ms, transfer_ms,
+              transfer_ms > 0 ? moved / transfer_ms * 1e-6 : 0.0, ring_ms / compute_ms,
+              ring_ms - compute_ms);
 
   if (opt.check) {
     // Single-GPU attention of the whole sequence on this GPU, timed, then this rank's rows.
@@ -316,9 +326,8 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaEventRecord(stop, compute));
     CHECK_CUDA(cudaEventSynchronize(stop));
     const double single_ms = elapsed_ms(start, stop) / opt.iters;
-    std::vector<uint16_t> single(q_elems), mine(q_shard / 2);
+    std::vector<uint16_t> single(q_elems);
     device_copy(single.data(), fo, q_elems * 2);
-    device_copy(mine.data(), b.o, q_shard);
     std::vector<uint16_t> single_rows(mine.size());
     ring::shard_rows(s, rank, p.batch, p.heads_q, d, 2, single.data(), single_rows.data(), true,
                      [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); });

@@ -34,7 +34,8 @@ def parse_args():
     return p.parse_args()
 
 
-def _report_worst(torch, s, rank, args, q_full, k_full, v_full, o, want, ratio, top, cat):
+def _report_worst(torch, s, rank, args, q_full, k_full, v_full, result, want, ratio, top,
+                          cat):
     """Prints the three elements furthest outside the bound beside their float64 value, so a
     failure says which side (the ring or the single call) is off."""
     d = args.head_dim
@@ -94,26 +95,27 @@ def main():
         return buf[:b * n * hkv * d].view(b, n, hkv, d)
 
     compute, comm = torch.cuda.Stream(), torch.cuda.Stream()
-    timing = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    c0, c1, m0, m1 = ([timing() for _ in range(world)] for _ in range(4))
-    start, stop = timing(), timing()
+    start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
     nxt, prv = (rank + 1) % world, (rank - 1) % world
 
-    def ring():
+    def ring_pass(transfer, compute_on):
+        """One pass of the ring: with `transfer` the held shard goes on each step, with
+        `compute_on` each step's attention runs. Both is the ring; either alone times that part
+        by itself (compute alone reads stale buffers, transfers alone move shards nobody reads).
+        Returns the pass's time in ms."""
         lse = [None] * len(s.chunks(rank))
         with torch.cuda.stream(compute):  # the own shard into the first buffer, not timed
             view(kbuf[0], rank).copy_(own_k)
             view(vbuf[0], rank).copy_(own_v)
             start.record()
-        received = [compute.record_event(), None]
+        received = [compute.record_event(), compute.record_event()]
         computed = [None, compute.record_event()]  # buffer 1 is free before step 0
         cur = 0
         for t in range(world):
-            if t + 1 < world:
+            if transfer and t + 1 < world:
                 with torch.cuda.stream(comm):
                     comm.wait_event(received[cur])
                     comm.wait_event(computed[cur ^ 1])
-                    m0[t].record()
                     held, incoming = s.kv_origin(rank, t), s.kv_origin(rank, t + 1)
                     ops = [dist.P2POp(dist.isend, view(kbuf[cur], held), nxt),
                            dist.P2POp(dist.isend, view(vbuf[cur], held), nxt),
@@ -121,33 +123,40 @@ def main():
                            dist.P2POp(dist.irecv, view(vbuf[cur ^ 1], incoming), prv)]
                     for req in dist.batch_isend_irecv(ops):
                         req.wait()  # makes the comm stream wait for NCCL's
-                    m1[t].record()
                     received[cur ^ 1] = comm.record_event()
             with torch.cuda.stream(compute):
                 compute.wait_event(received[cur])
-                c0[t].record()
-                origin = s.kv_origin(rank, t)
-                ring_schedule.run_step(s, rank, t, q, view(kbuf[cur], origin),
-                                       view(vbuf[cur], origin), o, o_scratch, lse,
-                                       flashattn.forward, flashattn.merge_states)
-                c1[t].record()
+                if compute_on:
+                    origin = s.kv_origin(rank, t)
+                    ring_schedule.run_step(s, rank, t, q, view(kbuf[cur], origin),
+                                           view(vbuf[cur], origin), o, o_scratch, lse,
+                                           flashattn.forward, flashattn.merge_states)
                 computed[cur] = compute.record_event()
             cur ^= 1
         with torch.cuda.stream(compute):
             stop.record()
         torch.cuda.synchronize()
+        return start.elapsed_time(stop)
 
-    ring_ms = compute_ms = comm_ms = 0.0
-    for it in range(args.iters + 1):  # iteration 0 warms up (plans, NCCL connections)
-        ring()
-        if it:
-            ring_ms += start.elapsed_time(stop) / args.iters
-            compute_ms += sum(c0[t].elapsed_time(c1[t]) for t in range(world)) / args.iters
-            comm_ms += sum(m0[t].elapsed_time(m1[t]) for t in range(world - 1)) / args.iters
+    def mean_ms(transfer, compute_on):
+        # One warm-up pass (plans, NCCL connections), then --iters; every rank runs the same
+        # passes in the same order, so the transfers always find their peers.
+        ring_pass(transfer, compute_on)
+        return sum(ring_pass(transfer, compute_on) for _ in range(args.iters)) / args.iters
+
+    ring_ms = mean_ms(True, True)
+    result = o.clone()  # the ring's result, kept from the passes below
+    compute_ms = mean_ms(False, True)
+    transfer_ms = mean_ms(True, False) if world > 1 else 0.0
+    moved = sum(2 * view(kbuf[0], s.kv_origin(rank, t)).nbytes for t in range(world - 1))
+    # Where the transfers hide behind the compute the ring takes compute alone's time; the rest
+    # of its excess is the wait for the slowest rank (each step needs the previous rank's shard).
     print(f"rank {rank}/{world}: {s.shard_length(rank)} rows ({args.layout}, "
-          f"{'causal' if args.causal else 'full'}), ring {ring_ms:.3f} ms: compute steps "
-          f"{compute_ms:.3f} ms, communication steps {comm_ms:.3f} ms (overlap hides "
-          f"{compute_ms + comm_ms - ring_ms:.3f} ms)", flush=True)
+          f"{'causal' if args.causal else 'full'}), ring {ring_ms:.3f} ms; alone: compute "
+          f"{compute_ms:.3f} ms, transfers {transfer_ms:.3f} ms "
+          f"({moved / transfer_ms * 1e-6 if transfer_ms else 0:.1f} GB/s sent); the ring takes "
+          f"{ring_ms / compute_ms:.3f}x compute alone ({ring_ms - compute_ms:+.3f} ms)",
+          flush=True)
 
     failed = False
     if args.check:
@@ -160,7 +169,7 @@ def main():
         torch.cuda.synchronize()
         single_ms = start.elapsed_time(stop) / args.iters
         want = ring_schedule.shard(s, rank, single, cat).float()
-        err = (o.float() - want).abs()
+        err = (result.float() - want).abs()
         # ring_attention.cpp's bound (its comment says why): (N + 2) 2^-8 (|O| + the largest
         # |O| of the row's heads and head_dim).
         top = want.abs().amax(dim=(2, 3), keepdim=True)
@@ -172,7 +181,8 @@ def main():
               f"bf16 bound, {bad} of {err.numel()} outside it", flush=True)
         failed = bad != 0
         if failed:
-            _report_worst(torch, s, rank, args, q_full, k_full, v_full, o, want, ratio, top, cat)
+            _report_worst(torch, s, rank, args, q_full, k_full, v_full, result, want, ratio, top,
+                          cat)
     dist.destroy_process_group()
     raise SystemExit(1 if failed else 0)
 
