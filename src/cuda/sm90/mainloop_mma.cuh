@@ -37,35 +37,64 @@ struct Turns {
   }
 };
 
-// Runs the key blocks of one tile, n_blocks of them from pipeline position `pipe` (walked last
-// to first), accumulating into `o`; softmax(it, sc, rescale) turns block it's scores into
-// probabilities in place and says how O is rescaled first. q_base is the warpgroup's Q rows.
+// A pipeline position's stage and phase, stepped by one key block at a time: at d 64 and 128
+// incrementally (the 64-bit position's modulo and division per block took a dozen instructions at
+// 3 stages); at d 256 from the position, as before (see consume_tile).
+template <class T>
+struct Slot {
+  static constexpr bool kStepped = T::kD <= 128;
+  int64_t pos;  // kept current at d 256 only
+  int stage;
+  uint32_t phase;
+  __device__ __forceinline__ explicit Slot(int64_t pipe)
+      : pos(pipe), stage(int(pipe % T::kStages)), phase(uint32_t(pipe / T::kStages) & 1) {}
+  __device__ __forceinline__ Slot next() const {
+    if constexpr (!kStepped) return Slot(pos + 1);
+    Slot n = *this;
+    if (++n.stage == T::kStages) {
+      n.stage = 0;
+      n.phase ^= 1;
+    }
+    return n;
+  }
+};
+
+// At d 64 and 128 each block's wgmma descriptors are built once and stepped by constant
+// offsets per k16 step (the start address field, bits 0-13, holds address / 16 of a window
+// under 256 KiB, so adding offset / 16 never carries out of it): rebuilding one from its address
+// per step took 4-5 uniform-datapath instructions, 18% of the instructions issued at d 128, 16k
+// (ncu, H200). Stepped at every head dim, d 256's 80-key kernels, which spill, ran 3-7% slower,
+// so d 256 keeps one descriptor per step and the position's arithmetic; stepped at d 64 and 128
+// only, the FA-paper grid ran 1.009x (d 64 at 8k-16k 1.05-1.06x, no point under 0.986x; H200).
 template <class T, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
                                              float (&o)[T::kD / 2], Softmax&& softmax) {
-  auto stage_of = [&](int it) { return int((pipe + it) % T::kStages); };
-  auto phase_of = [&](int it) { return uint32_t((pipe + it) / T::kStages) & 1; };
-
-  // Issues S = Q K^T for key block `it` into `sc` (committed, not waited for).
-  auto issue_qk = [&](int it, float(&sc)[T::kBc / 2]) {
-    int const s = stage_of(it);
-    uint32_t const k_base = smem_addr(sm.k_tiles + s * T::kKVBytes);
-    mbar_wait(&sm.k_full[s], phase_of(it));
+  constexpr bool kStepped = Slot<T>::kStepped;
+  // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
+  auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
+    return kStepped ? built + offset / 16 : make_desc_sw128(base + offset, lbo, 1024);
+  };
+  // Issues S = Q K^T for the key block in `slot` into `sc` (committed, not waited for).
+  auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
+    uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
+    uint64_t const qd = make_desc_sw128(q_base, 16, 1024);
+    uint64_t const kd = make_desc_sw128(k_base, 16, 1024);
+    mbar_wait(&sm.k_full[slot.stage], slot.phase);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kD / 16; ++kk) {
-      uint64_t const da = make_desc_sw128(q_base + (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16, 1024);
-      uint64_t const db = make_desc_sw128(k_base + (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16, 1024);
+      uint64_t const da = desc(qd, q_base, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
+      uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
       Wgmma<T::kType, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
     }
     wgmma_commit();
   };
-  // Issues O += P V for key block `it` (committed, not waited for).
-  auto issue_pv = [&](int it, uint32_t const(&pk)[T::kBc / 4]) {
-    int const s = stage_of(it);
-    uint32_t const v_base = smem_addr(sm.v_tiles + s * T::kKVBytes);
-    mbar_wait(&sm.v_full[s], phase_of(it));
+  // Issues O += P V for the key block in `slot` (committed, not waited for).
+  auto issue_pv = [&](Slot<T> slot, uint32_t const(&pk)[T::kBc / 4]) {
+    uint32_t const v_base = smem_addr(sm.v_tiles) + slot.stage * T::kKVBytes;
+    uint64_t const vd = make_desc_sw128(v_base, T::kBc * 128, 1024);
+    mbar_wait(&sm.v_full[slot.stage], slot.phase);
     // O's rescaling and P's packing are finished before wgmma.fence orders them for the tensor
     // cores (the compiler may not sink them past it).
     fence_operands(o);
@@ -74,8 +103,8 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
 #pragma unroll
     for (int kk = 0; kk < T::kBc / 16; ++kk) {
       uint32_t const a[4] = {pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3]};
-      uint64_t const db = make_desc_sw128(v_base + kk * 2048, T::kBc * 128, 1024);
-      Wgmma<T::kType, T::kD, Operands::kRS, 1>::run(o, a, db, 1);
+      Wgmma<T::kType, T::kD, Operands::kRS, 1>::run(o, a, desc(vd, v_base, kk * 2048, T::kBc * 128),
+                                                    1);
     }
     wgmma_commit();
   };
@@ -90,16 +119,17 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
       pk[i] = ptx::pack2<typename T::Elem>(sc[2 * i], sc[2 * i + 1]);
     }
   };
-  auto release = [&](uint64_t* empty, int it) {
-    if (lane == 0) mbar_arrive(&empty[stage_of(it)]);  // one arrival per warp
+  auto release = [&](uint64_t* empty, Slot<T> slot) {
+    if (lane == 0) mbar_arrive(&empty[slot.stage]);  // one arrival per warp
   };
-  // Q K^T of block `it` has completed: its K stage is free, and after the tile's last block so
-  // is Q (the producer may load the next tile's while this one finishes).
-  auto qk_done = [&](int it) {
-    release(sm.k_empty, it);
-    if (it == n_blocks - 1 && lane == 0) mbar_arrive(sm.q_empty);
+  // Q K^T of the block in `slot` has completed: its K stage is free, and after the tile's last
+  // block so is Q (the producer may load the next tile's while this one finishes).
+  auto qk_done = [&](Slot<T> slot, bool last) {
+    release(sm.k_empty, slot);
+    if (last && lane == 0) mbar_arrive(sm.q_empty);
   };
 
+  Slot<T> cur(pipe);  // block it's position
   if constexpr (T::kOverlap) {
     // Intra-warpgroup overlap: while the tensor cores run block it's P V and block it + 1's
     // Q K^T, this warpgroup's threads run block it + 1's softmax.
@@ -108,55 +138,57 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
       uint32_t pk[T::kBc / 4];
       float rescale[2];
       turns.take();
-      issue_qk(0, sc);
+      issue_qk(cur, sc);
       turns.pass();
       wgmma_wait<0>();
       fence_operands(sc);
-      qk_done(0);
+      qk_done(cur, n_blocks == 1);
       softmax(0, sc, rescale);
       to_p(sc, pk);
       for (int it = 0; it + 1 < n_blocks; ++it) {
+        Slot<T> const nxt = cur.next();
         turns.take();
-        issue_qk(it + 1, sc);
-        issue_pv(it, pk);
+        issue_qk(nxt, sc);
+        issue_pv(cur, pk);
         turns.pass();
         wgmma_wait<1>();  // Q K^T of block it + 1 is done; P V of block it may still run
         fence_operands(sc);
-        qk_done(it + 1);
+        qk_done(nxt, it + 2 == n_blocks);
         softmax(it + 1, sc, rescale);
         wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
         fence_operands(o);
-        release(sm.v_empty, it);
+        release(sm.v_empty, cur);
         rescale_o(rescale);
         to_p(sc, pk);
+        cur = nxt;
       }
       turns.take();
-      issue_pv(n_blocks - 1, pk);
+      issue_pv(cur, pk);
       turns.pass();
       wgmma_wait<0>();
       fence_operands(o);
-      release(sm.v_empty, n_blocks - 1);
+      release(sm.v_empty, cur);
     }
   } else {
-    for (int it = 0; it < n_blocks; ++it) {
+    for (int it = 0; it < n_blocks; ++it, cur = cur.next()) {
       float sc[T::kBc / 2];
       uint32_t pk[T::kBc / 4];
       float rescale[2];
       turns.take();
-      issue_qk(it, sc);
+      issue_qk(cur, sc);
       turns.pass();
       wgmma_wait<0>();
       fence_operands(sc);
-      qk_done(it);
+      qk_done(cur, it + 1 == n_blocks);
       softmax(it, sc, rescale);
       rescale_o(rescale);
       to_p(sc, pk);
       turns.take();
-      issue_pv(it, pk);
+      issue_pv(cur, pk);
       turns.pass();
       wgmma_wait<0>();
       fence_operands(o);
-      release(sm.v_empty, it);
+      release(sm.v_empty, cur);
     }
   }
 }
