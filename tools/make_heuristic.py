@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Derives the kernel-choice table from a tuning sweep (tools/device_sweep.sh's sweep.csv).
 
-    python3 tools/make_heuristic.py docs/data/sweep-h200-bf16.csv --arch 90 \
-        --out src/cuda/heuristic_sm90.txt
+    python3 tools/make_heuristic.py docs/data/sweep-h200-bf16.csv [later.csv ...] --arch 90 \
+        --tie 0.02 --out src/cuda/heuristic_sm90.txt
+
+Several sweeps may be given: a later one's (head dim, causal) pairs replace every point of
+those pairs in the earlier ones (a re-run of some pairs with newer code). The table's header
+records the sweeps and the options, so that the same command regenerates it exactly.
 
 For each (head dim, causal, sequence length) of the sweep the fastest kernel becomes the pick for
 sequences up to that length, and, where that is an sm90 kernel, the fastest mma.sync kernel the
@@ -26,7 +30,8 @@ def strip_dtype(name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("sweep", help="CSV written by flashattn_bench --all-kernels --csv")
+    ap.add_argument("sweeps", nargs="+", metavar="sweep",
+                    help="CSV written by flashattn_bench --all-kernels --csv")
     ap.add_argument("--arch", type=int, required=True, help="compute capability, e.g. 90")
     ap.add_argument("--out", required=True)
     ap.add_argument("--candidates", type=int, default=3)
@@ -34,12 +39,21 @@ def main():
     args = ap.parse_args()
 
     by_point = collections.defaultdict(dict)  # (d, causal, seqlen) -> {kernel: tflops}
-    for r in csv.DictReader(open(args.sweep)):
-        key = (int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))
-        by_point[key][strip_dtype(r["kernel"])] = float(r["tflops"])
+    for sweep in args.sweeps:
+        points = collections.defaultdict(dict)
+        with open(sweep) as f:
+            for r in csv.DictReader(f):
+                key = (int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))
+                points[key][strip_dtype(r["kernel"])] = float(r["tflops"])
+        pairs = {k[:2] for k in points}
+        for key in [k for k in by_point if k[:2] in pairs]:
+            del by_point[key]
+        by_point.update(points)
 
     lines = [f"# Kernel choice for sm_{args.arch}, derived by tools/make_heuristic.py from",
-             f"# {args.sweep}; regenerate, do not edit. Columns:",
+             *(f"#   {sweep}" for sweep in args.sweeps),
+             f"# with --tie {args.tie} --candidates {args.candidates} (a later sweep's (head_dim,",
+             "# causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
              "#   pick <head_dim> <causal> <max_seqlen> | <config without dtype>",
              "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
              "#     (head_dim, causal) also serves longer sequences)",
