@@ -2,7 +2,7 @@
 """Derives the kernel-choice table from a tuning sweep (tools/device_sweep.sh's sweep.csv).
 
     python3 tools/make_heuristic.py docs/data/sweep-h200-bf16.csv [later.csv ...] --arch 90 \
-        --tie 0.02 --out src/cuda/heuristic_sm90.txt
+        --out src/cuda/heuristic_sm90.txt
 
 Several sweeps may be given: a later one's (head dim, causal) pairs replace every point of
 those pairs in the earlier ones (a re-run of some pairs with newer code). The table's header
@@ -10,12 +10,13 @@ records the sweeps and the options, so that the same command regenerates it exac
 
 For each (head dim, causal, sequence length) of the sweep the fastest kernel becomes the pick for
 sequences up to that length, and, where that is an sm90 kernel, the fastest mma.sync kernel the
-fallback (for devices or builds without the sm90 family, and problems it does not run); per (head dim, causal) the --candidates kernels with the best geometric
-mean over the lengths are kept as extra autotuning candidates. The output is a plain table that
-tools/generate_kernels.py reads: it compiles every kernel named there into the default build and
-emits the table as the library's choice. Times within --tie (relative) of the best count as a tie,
-which goes to the kernel already picked at the previous length, so that sweep noise does not add
-kernels to the build.
+fallback (for devices or builds without the sm90 family, and problems it does not run); per
+(head dim, causal) the --candidates kernels with the best geometric mean over the lengths are
+kept as extra autotuning candidates. The output is a plain table that tools/generate_kernels.py
+reads: it compiles every kernel named there into the default build and emits the table as the
+library's choice. Times within --tie (relative; 0.02 by default, the value the shipped sm_90
+table was made with) of the best count as a tie, which goes to the kernel already picked at the
+previous length, so that sweep noise does not add kernels to the build.
 """
 import argparse
 import collections
@@ -35,7 +36,7 @@ def main():
     ap.add_argument("--arch", type=int, required=True, help="compute capability, e.g. 90")
     ap.add_argument("--out", required=True)
     ap.add_argument("--candidates", type=int, default=3)
-    ap.add_argument("--tie", type=float, default=0.01)
+    ap.add_argument("--tie", type=float, default=0.02)
     args = ap.parse_args()
 
     by_point = collections.defaultdict(dict)  # (d, causal, seqlen) -> {kernel: tflops}
