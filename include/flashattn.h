@@ -229,7 +229,9 @@ typedef struct fa_config {
   int64_t seqlen_k;     /*!< >= 1. */
   int64_t heads_q;      /*!< >= 1, a multiple of heads_kv. */
   int64_t heads_kv;     /*!< >= 1. */
-  int64_t head_dim;     /*!< >= 1. GPU kernels cover the head dims listed by the registry. */
+  int64_t head_dim;     /*!< >= 1. GPU kernels run every multiple of 8 up to the largest head
+                             dim in the registry (fa_kernel_get(): 64, 128 and 256 by default),
+                             one between them on the registry's next head dim up. */
   float softmax_scale;  /*!< Multiplies the scores before the softmax. 0 (the default) means
                              1/sqrt(head_dim). Must be finite; may be negative (since 0.3.0 on
                              GPUs too). */
@@ -289,9 +291,10 @@ typedef struct fa_config {
                              head_dim; otherwise >= 1 (a negative value is
                              FA_STATUS_INVALID_ARGUMENT). The default softmax_scale stays
                              1/sqrt(head_dim). CPU contexts run any head_dim_v >= 1, smaller or
-                             larger than head_dim; GPU kernels run head_dim_v = head_dim only, and
-                             refuse any other value with FA_STATUS_UNSUPPORTED (a pinned kernel
-                             with FA_STATUS_KERNEL_NOT_AVAILABLE) and a message naming it.
+                             larger than head_dim; GPU kernels run a head_dim_v that is a
+                             multiple of 8 up to head_dim, and refuse any other value
+                             with FA_STATUS_UNSUPPORTED (a pinned kernel with
+                             FA_STATUS_KERNEL_NOT_AVAILABLE) and a message naming both dims.
                              Columns of o past head_dim_v are never written. */
 
   /* ---- Since 0.3.0, appended after head_dim_v (FP8). A caller whose struct_size ends before

@@ -43,8 +43,8 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (static_cast<int>(k.dtype) != static_cast<int>(p.dtype)) {
     return say("its dtype differs from fa_config.dtype = " + std::to_string(int(p.dtype)));
   }
-  if (k.d_head != p.head_dim) {
-    return say("d_head differs from fa_config.head_dim = " + std::to_string(p.head_dim));
+  if (k.d_head < p.head_dim) {
+    return say("d_head is below fa_config.head_dim = " + std::to_string(p.head_dim));
   }
   KernelFamily const* family = find_family(k.family);
   if (family == nullptr) {
@@ -69,7 +69,10 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
   int best_rank = 0;
   for (KernelEntry const* e : device.kernels) {
     int const rank = family_of(e->config).decode_rank(e->config, p);
-    if (rank > best_rank && cannot_run(e->config, p).empty()) {
+    // Of equal rank, the smallest head dim that runs the problem (a larger one reads zeros).
+    bool const better = rank > best_rank ||
+                        (rank > 0 && rank == best_rank && e->config.d_head < best->config.d_head);
+    if (better && cannot_run(e->config, p).empty()) {
       best = e;
       best_rank = rank;
     }
@@ -97,14 +100,17 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
     std::string why = cannot_run(e->config, p);
     if (!why.empty()) {
       // Report the reason of a kernel of the right dtype and head dim when there is one.
-      if (reason.empty() || (e->config.d_head == p.head_dim &&
+      if (reason.empty() || (e->config.d_head >= p.head_dim &&
                              static_cast<int>(e->config.dtype) == static_cast<int>(p.dtype))) {
         reason = why;
       }
       continue;
     }
-    if (fallback == nullptr ||
-        e->config.B_r * e->config.B_c > fallback->config.B_r * fallback->config.B_c) {
+    // The smallest head dim that runs the problem (a larger one computes zero columns), then
+    // the largest tile.
+    if (fallback == nullptr || e->config.d_head < fallback->config.d_head ||
+        (e->config.d_head == fallback->config.d_head &&
+         e->config.B_r * e->config.B_c > fallback->config.B_r * fallback->config.B_c)) {
       fallback = e;
     }
   }

@@ -13,17 +13,20 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa) {
   return n_q_blocks * (pack_gqa ? p.heads_kv : p.heads_q) * p.batch;
 }
 
-bool needs_general(Problem const& p, bool pack_gqa, int num_splits) {
+bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits) {
   // A negative scale is general too: the plain softmax folds the scale into exp2 of raw scores.
+  // head_dim_v <= head_dim (value_dim_differs), so a head_dim below d_head is covered too.
   return p.layout == Layout::kPagedKv || p.softcap > 0.f || p.alibi != Alibi::kNone || p.sinks ||
-         p.softmax_scale < 0.f || pack_gqa || num_splits > 1;
+         p.softmax_scale < 0.f || pack_gqa || num_splits > 1 || p.head_dim_v < d_head;
 }
 
 std::string value_dim_differs(Problem const& p, char const* family) {
   if (p.head_dim_v == p.head_dim) return {};
-  return "head_dim_v = " + std::to_string(p.head_dim_v) + " differs from head_dim = " +
+  if (p.head_dim_v < p.head_dim && p.head_dim_v % 8 == 0) return {};
+  return "head_dim_v = " + std::to_string(p.head_dim_v) + " with head_dim = " +
          std::to_string(p.head_dim) + ": the " + family +
-         " family's kernels read V and write O with head_dim columns";
+         " family's kernels read V and write O with a head_dim_v that is a multiple of 8 up to "
+         "head_dim (the columns past it zero-filled on load, never written)";
 }
 
 std::string fp8_inputs(Problem const& p, char const* family) {
@@ -101,6 +104,8 @@ ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {
   f.seqlen_k = static_cast<int32_t>(p.seqlen_k);
   f.heads_q = static_cast<int32_t>(p.heads_q);
   f.batch = static_cast<int32_t>(p.batch);
+  f.head_dim = static_cast<int32_t>(p.head_dim);
+  f.head_dim_v = static_cast<int32_t>(p.head_dim_v);
   f.q_heads_per_kv = static_cast<int32_t>(p.heads_q / p.heads_kv);
   f.pack_gqa = s.pack_gqa ? 1 : 0;
   f.head_units = static_cast<int32_t>(s.pack_gqa ? p.heads_kv : p.heads_q);

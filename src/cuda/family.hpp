@@ -60,13 +60,18 @@ KernelFamily const* find_family(int32_t family);
 // x batch, where packing GQA puts the heads_q / heads_kv query heads of a K/V head in one tile.
 int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 
-// Whether the plain instantiation of either family's kernels leaves `p` to the general one:
-// dense, varlen and contiguous-cache layouts with causal and window masks are plain; a paged
-// cache, score transforms, sinks, packed GQA and splits are general.
-bool needs_general(Problem const& p, bool pack_gqa, int num_splits);
+// Whether the plain instantiation of either family's kernels (head dim d_head) leaves `p` to the
+// general one: dense, varlen and contiguous-cache layouts with causal and window masks at the
+// kernel's head dim are plain; a paged cache, score transforms, sinks, packed GQA, splits and a
+// head dim (or value head dim) below the kernel's are general. The plain kernels' stores then
+// need no column bound: a bound kept for them cost the d 256 kernels 28-40 bytes more spills
+// and 1.4% (H200, docs/performance.md).
+bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits);
 
-// Why a family whose kernels read V and write O with head_dim columns cannot run `p`: a
-// message naming head_dim_v and head_dim (and `family`) when they differ, else empty.
+// Why a family whose kernels read V and write O with the kernel's head dim of columns, the
+// ones past head_dim_v zero-filled and never written, cannot run `p`: a message naming
+// head_dim_v and head_dim (and `family`) when head_dim_v is above head_dim or not a multiple of
+// 8, else empty.
 std::string value_dim_differs(Problem const& p, char const* family);
 
 // Why a family whose kernels read 16-bit inputs cannot run `p`: a message naming fa_config's

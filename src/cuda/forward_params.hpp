@@ -71,6 +71,12 @@ struct ForwardParams {
   float* __restrict__ o_partial;
   float* __restrict__ lse_partial;
   int32_t partial_rows;
+
+  // The problem's head dims (Q and K; V and O), at most the kernel's, head_dim_v <= head_dim:
+  // the columns past them are zero-filled on load and never written; the split partials' rows
+  // hold head_dim_v floats.
+  int32_t head_dim;
+  int32_t head_dim_v;
 };
 
 }  // namespace fa::cuda

@@ -5,6 +5,16 @@
 
 namespace fa::cuda {
 
+int64_t table_head_dim(int table, int64_t head_dim) {
+  int64_t best = 0;
+  for (ChoicePick const& pick : choice_picks()) {
+    if (pick.arch == table && pick.d_head >= head_dim && (best == 0 || pick.d_head < best)) {
+      best = pick.d_head;
+    }
+  }
+  return best;
+}
+
 int nearest_table_arch(int arch) {
   // The closest measured arch, preferring an older one on a tie (its kernels run on newer chips).
   int best = -1;
@@ -19,10 +29,11 @@ int nearest_table_arch(int arch) {
 
 std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback) {
   int const table = nearest_table_arch(arch);
+  int64_t const d_head = table_head_dim(table, p.head_dim);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   ChoicePick const* chosen = nullptr;
   for (ChoicePick const& pick : choice_picks()) {
-    if (pick.arch != table || pick.d_head != p.head_dim || pick.causal != p.causal ||
+    if (pick.arch != table || pick.d_head != d_head || pick.causal != p.causal ||
         pick.fallback != fallback) {
       continue;
     }
@@ -38,12 +49,13 @@ std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallba
 
 std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p) {
   int const table = nearest_table_arch(arch);
+  int64_t const d_head = table_head_dim(table, p.head_dim);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   std::vector<KernelConfig> rows;
   size_t covering = 0;
   bool covered = false;
   for (ChoicePick const& pick : choice_picks()) {
-    if (pick.arch != table || pick.d_head != p.head_dim || pick.causal != p.causal ||
+    if (pick.arch != table || pick.d_head != d_head || pick.causal != p.causal ||
         pick.fallback) {
       continue;
     }

@@ -45,13 +45,19 @@ std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p);
 template <class Visit>
 void for_each_candidate(int arch, Problem const& p, Visit&& visit);
 
+// The measured table's head dim for a problem's `head_dim` on the table of `table` (an arch from
+// nearest_table_arch()): the smallest of its rows' at or above it, whose kernels run it with zero
+// columns; 0 when every row's is below.
+int64_t table_head_dim(int table, int64_t head_dim);
+
 int nearest_table_arch(int arch);
 
 template <class Visit>
 void for_each_candidate(int arch, Problem const& p, Visit&& visit) {
   int const table = nearest_table_arch(arch);
+  int64_t const d_head = table_head_dim(table, p.head_dim);
   for (ChoiceCandidate const& c : choice_candidates()) {
-    if (c.arch == table && c.d_head == p.head_dim && c.causal == p.causal) {
+    if (c.arch == table && c.d_head == d_head && c.causal == p.causal) {
       KernelConfig k = c.config;
       k.dtype = p.dtype;
       visit(k);

@@ -12,8 +12,7 @@ namespace {
 
 // Checks the tensor and run-time pointers (non-NULL where used, aligned) and writes them into
 // `params`.
-fa_status bind_tensors(ForwardParams* params, int d_head, Schedule const& schedule,
-                       LaunchTensors const& t) {
+fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTensors const& t) {
   struct Pointer {
     char const* name;
     void const* value;
@@ -65,12 +64,13 @@ fa_status bind_tensors(ForwardParams* params, int d_head, Schedule const& schedu
   params->alibi_slopes = t.run.alibi_slopes;
   params->sinks = t.run.sinks;
   if (schedule.num_splits > 1) {
-    // [num_splits, rows, heads_q, d] floats, then [num_splits, heads_q, rows]: the first part's
-    // size is a multiple of 64 floats (d is), so the LSEs stay 256-byte aligned.
+    // [num_splits, rows, heads_q, head_dim_v] floats, then [num_splits, heads_q, rows]: the
+    // first part's size is a multiple of 8 floats (head_dim_v is), so the LSEs stay 32-byte
+    // aligned.
     params->o_partial = static_cast<float*>(t.workspace);
     params->lse_partial = params->o_partial + size_t(schedule.num_splits) *
                                                   size_t(params->partial_rows) *
-                                                  size_t(params->heads_q) * size_t(d_head);
+                                                  size_t(params->heads_q) * size_t(params->head_dim_v);
   }
   return FA_STATUS_SUCCESS;
 }
@@ -86,8 +86,8 @@ fa_status launch_bound(Device const& device, KernelEntry const& kernel,
   }
   if (schedule.num_splits > 1) {
     bool const programmatic = device.cc_major >= 9;
-    if (cudaError_t e = launch_combine(params, kernel.config.dtype, kernel.config.d_head,
-                                       programmatic, stream);
+    if (cudaError_t e = launch_combine(params, kernel.config.dtype, params.head_dim_v, programmatic,
+                                       stream);
         e != cudaSuccess) {
       cudaGetLastError();
       return cuda_fail(e, "launching the split-KV combine kernel");
@@ -100,7 +100,7 @@ fa_status launch_bound(Device const& device, KernelEntry const& kernel,
 
 fa_status launch(Device const& device, KernelEntry const& kernel, ForwardParams params,
                  Schedule const& schedule, LaunchTensors const& t, cudaStream_t stream) {
-  if (fa_status s = bind_tensors(&params, kernel.config.d_head, schedule, t); s != FA_STATUS_SUCCESS) return s;
+  if (fa_status s = bind_tensors(&params, schedule, t); s != FA_STATUS_SUCCESS) return s;
   return on_device(device.ordinal, [&] { return launch_bound(device, kernel, params, schedule, stream); });
 }
 
@@ -131,7 +131,7 @@ fa_status time_kernel(Device const& device, KernelEntry const& kernel, Problem c
   }
   ForwardParams params = make_params(kernel.config, p, schedule);
   LaunchTensors const t{q, k, v, o, lse, RunPointers{}, nullptr, 0};
-  if (fa_status s = bind_tensors(&params, kernel.config.d_head, schedule, t); s != FA_STATUS_SUCCESS) return s;
+  if (fa_status s = bind_tensors(&params, schedule, t); s != FA_STATUS_SUCCESS) return s;
   return on_device(device.ordinal, [&] {
     if (fa_status s = launch_bound(device, kernel, params, schedule, stream); s != FA_STATUS_SUCCESS) {
       return s;  // the warm-up run

@@ -5,13 +5,39 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "cuda/family.hpp"
 #include "cuda/family_cases.hpp"
+#include "cuda/sm80/family.hpp"
+#include "cuda/sm90/family.hpp"
 
 namespace fa::cuda {
 
 TEST_SUITE("family") {
+  TEST_CASE("both families run a value head dim in multiples of 8 up to head_dim, refusing others by name") {
+    struct Case {
+      KernelFamily const& family;
+      KernelConfig kernel;
+      char const* name;
+    };
+    for (Case const& c : {Case{sm80::kFamily, test::mma_sync_kernel(64, 128, 4), "mma.sync"},
+                          Case{sm90::kFamily, test::sm90_kernel(128, true), "sm90"}}) {
+      Problem p = test::dense_problem(1, 100, 100, 8, 8);
+      for (int64_t dv : {8, 64, 96, 120, 128}) {
+        p.head_dim_v = dv;
+        CHECK_MESSAGE(c.family.cannot_run(c.kernel, p).empty(), c.name, " head_dim_v ", dv);
+      }
+      for (int64_t dv : {160, 100, 4}) {  // above head_dim, or not a multiple of 8
+        p.head_dim_v = dv;
+        std::string const why = c.family.cannot_run(c.kernel, p);
+        CHECK_MESSAGE(why.find("head_dim_v = " + std::to_string(dv) + " with head_dim = 128") !=
+                          std::string::npos, why);
+        CHECK(why.find(c.name) != std::string::npos);
+      }
+    }
+  }
+
   TEST_CASE("forward_params folds causal into the window and the scale into exp2") {
     Problem p = test::dense_problem(2, 100, 300, 8, 2);
     Schedule s;
@@ -24,6 +50,7 @@ TEST_SUITE("family") {
     CHECK(f.transform == 0);
     CHECK(f.score_scale_log2 == doctest::Approx(0.125 * 1.4426950408889634));
     CHECK(f.partial_rows == 200);
+    CHECK(f.head_dim == 128);
 
     p.causal = true;
     p.window = true;
@@ -57,25 +84,31 @@ TEST_SUITE("family") {
 
   TEST_CASE("the general instantiation takes every feature the plain one lacks") {
     Problem p = test::dense_problem(1, 128, 128, 4, 4);
-    CHECK_FALSE(needs_general(p, false, 1));
+    CHECK_FALSE(needs_general(p, 128, false, 1));
     p.causal = true;
     p.window = true;
     p.window_left = 16;
-    CHECK_FALSE(needs_general(p, false, 1));  // masks are plain
-    CHECK(needs_general(p, true, 1));
-    CHECK(needs_general(p, false, 2));
+    CHECK_FALSE(needs_general(p, 128, false, 1));  // masks are plain
+    CHECK(needs_general(p, 128, true, 1));
+    CHECK(needs_general(p, 128, false, 2));
     Problem q = p;
     q.sinks = true;
-    CHECK(needs_general(q, false, 1));
+    CHECK(needs_general(q, 128, false, 1));
     q = p;
     q.softmax_scale = -0.1f;
-    CHECK(needs_general(q, false, 1));
+    CHECK(needs_general(q, 128, false, 1));
     q = p;
     q.layout = Layout::kPagedKv;
-    CHECK(needs_general(q, false, 1));
+    CHECK(needs_general(q, 128, false, 1));
     q = p;
     q.alibi = Alibi::kPerHead;
-    CHECK(needs_general(q, false, 1));
+    CHECK(needs_general(q, 128, false, 1));
+    // A head dim below the kernel's: the plain kernels store every column of their own.
+    q = p;
+    CHECK_FALSE(needs_general(q, 128, false, 1));
+    CHECK(needs_general(q, 256, false, 1));
+    q.head_dim_v = 64;
+    CHECK(needs_general(q, 128, false, 1));
   }
 
   TEST_CASE("a page pool of 2^31 pages or more reaches the kernels as INT32_MAX pages") {

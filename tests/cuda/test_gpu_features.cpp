@@ -324,6 +324,139 @@ TEST_CASE("every sm90 kernel reads paged caches of every page size") {
   MESSAGE(kernels << " sm90 kernels x " << shapes.size() << " paged cases");
 }
 
+// The largest head dim per dtype in this build.
+std::set<std::pair<int, int>> top_dims() {
+  std::set<std::pair<int, int>> top;
+  for (auto [dtype, d] : compiled_shapes()) {
+    auto const same =
+        std::find_if(top.begin(), top.end(), [&](auto const& t) { return t.first == dtype; });
+    if (same != top.end() && same->second >= d) continue;
+    if (same != top.end()) top.erase(same);
+    top.insert({dtype, d});
+  }
+  return top;
+}
+
+// Three shapes that cross a head dim below a kernel's with the paths that touch columns: a
+// dense causal GQA problem of 177 queries against 1013 keys (sm90: TMA loads, O by TMA or by
+// the threads), decode on a paged cache of pages of 3 rows split three ways (sm90: gathered
+// loads; the partials and the combine; mma.sync: its decode kernels), and a contiguous cache
+// with ALiBi and sinks.
+std::vector<FeatureCase> head_dim_cases(int dtype, int64_t d) {
+  std::vector<FeatureCase> cases(3);
+  for (FeatureCase& c : cases) {
+    c.dtype = dtype;
+    c.head_dim = d;
+  }
+  cases[0].heads_q = 8;
+  cases[0].heads_kv = 2;
+  cases[0].sq = {177, 177};
+  cases[0].sk = {1013, 1013};
+  cases[0].causal = true;
+  cases[1].layout = FA_LAYOUT_PAGED_KV;
+  cases[1].page_size = 3;
+  cases[1].heads_q = 8;
+  cases[1].heads_kv = 1;
+  cases[1].sq = {1, 1};
+  cases[1].sk = {700, 17};
+  cases[1].num_splits = 3;
+  cases[2].layout = FA_LAYOUT_KV_CACHE;
+  cases[2].heads_q = 4;
+  cases[2].heads_kv = 4;
+  cases[2].sq = {16, 16};
+  cases[2].sk = {300, 1};
+  cases[2].causal = true;
+  cases[2].alibi = FA_ALIBI_PER_HEAD;
+  cases[2].sinks = true;
+  return cases;
+}
+
+// Every FA_GPU_TEST_SAMPLE-th registered kernel this device runs (sm90 kernels on sm_90 only),
+// with its name.
+template <class Body>
+int for_each_runnable_kernel(Body const& body) {
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  int index = 0, ran = 0;
+  for (size_t i = 0; i < fa_kernel_count(); ++i) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if ((k.family == FA_FAMILY_SM90 && major != 9) || index++ % sample_step() != 0) continue;
+    char name[128];
+    fa_kernel_config_name(&k, name, sizeof name, nullptr);
+    body(k, std::string(name));
+    ++ran;
+  }
+  return ran;
+}
+
+TEST_CASE("every multiple of 8 up to the largest built head dim runs on the library's choice") {
+  Gpu gpu;
+  int n = 0;
+  uint64_t seed = 15000;
+  for (auto [dtype, largest] : top_dims()) {
+    for (int64_t d = 8; d <= largest; d += 8) {
+      // One shape per head dim, in turn: every dim meets every path across the dims.
+      FeatureCase const c = head_dim_cases(dtype, d)[size_t(d / 8) % 3];
+      FeatureData fd = fa_test::make_feature_data(c, ++seed);
+      run_plan(gpu, fd, nullptr);
+      check_result(fd, "choice, head_dim " + std::to_string(d));
+      ++n;
+    }
+  }
+  MESSAGE(n << " head dims checked on the library's choice");
+}
+
+TEST_CASE("every kernel runs head dims below its own with zero columns") {
+  Gpu gpu;
+  uint64_t seed = 16000;
+  int const kernels = for_each_runnable_kernel([&](fa_kernel_config const& k, std::string const& name) {
+    // 8 short of its own (a partial last 64-column block), and half-way down (a whole block of
+    // zeros at d 128 and 256; at d 64 the smallest, 8).
+    for (int64_t d : {int64_t(k.d_head) - 8, k.d_head == 64 ? int64_t(8) : int64_t(k.d_head) / 2 + 8}) {
+      for (FeatureCase const& c : head_dim_cases(k.dtype, d)) {
+        FeatureData fd = fa_test::make_feature_data(c, ++seed);
+        run_plan(gpu, fd, &k);
+        check_result(fd, name + ", head_dim " + std::to_string(d));
+      }
+    }
+  });
+  MESSAGE(kernels << " kernels x 2 head dims x 3 cases");
+}
+
+TEST_CASE("a value head dim below head_dim runs on the choice and on every kernel, o's padding untouched") {
+  Gpu gpu;
+  std::set<std::pair<int, int>> const top = top_dims();
+  int n = 0;
+  uint64_t seed = 17000;
+  // DeepSeek-V2/V3 prefill's 192/128 and pairs around the built head dims; o carries
+  // FeatureCase::kOutPad poisoned columns per head that must stay so.
+  std::pair<int64_t, int64_t> const pairs[] = {{192, 128}, {128, 64}, {256, 136}, {64, 40}, {96, 72}};
+  for (auto [dtype, largest] : top) {
+    for (size_t i = 0; i < std::size(pairs); ++i) {
+      auto [d, dv] = pairs[i];
+      if (d > largest) continue;
+      FeatureCase c = head_dim_cases(dtype, d)[i % 3];
+      c.head_dim_v = dv;
+      FeatureData fd = fa_test::make_feature_data(c, ++seed);
+      run_plan(gpu, fd, nullptr);
+      check_result(fd, "choice, head_dim " + std::to_string(d) + "/" + std::to_string(dv));
+      ++n;
+    }
+  }
+  for_each_runnable_kernel([&](fa_kernel_config const& k, std::string const& name) {
+    for (FeatureCase c : head_dim_cases(k.dtype, k.d_head)) {
+      c.head_dim_v = k.d_head / 2;
+      FeatureData fd = fa_test::make_feature_data(c, ++seed);
+      run_plan(gpu, fd, &k);
+      check_result(fd, name + ", head_dim_v " + std::to_string(c.head_dim_v));
+      ++n;
+    }
+  });
+  MESSAGE(n << " value head dim cases");
+}
+
 TEST_CASE("a chunked prefill on a paged cache gets the family its contiguous cache gets, page size 1 or 16") {
   Gpu gpu;
   // A chunked prefill planned first on a cache of pages of 1 row, then of 16, then contiguous:

@@ -663,11 +663,16 @@ TEST_CASE("GPU error paths: status, message, outputs untouched") {
   };
   fa_config base = make_config(p);
   fa_config c = base;
-  c.head_dim = 96;
-  c.q_head_stride = c.k_head_stride = c.v_head_stride = c.o_head_stride = 96;
-  c.q_seq_stride = c.k_seq_stride = c.v_seq_stride = c.o_seq_stride = 192;
-  c.q_batch_stride = c.k_batch_stride = c.v_batch_stride = c.o_batch_stride = 192 * 128;
-  expect(c, FA_STATUS_UNSUPPORTED, "head_dim");
+  // Above every built head dim (256), and one that is not a multiple of 8 (rows padded to 104
+  // elements, so that the strides are not what is refused); neither reaches a kernel.
+  for (int64_t const d : {int64_t(264), int64_t(100)}) {
+    int64_t const row = (d + 7) / 8 * 8;
+    c.head_dim = c.head_dim_v = d;
+    c.q_head_stride = c.k_head_stride = c.v_head_stride = c.o_head_stride = row;
+    c.q_seq_stride = c.k_seq_stride = c.v_seq_stride = c.o_seq_stride = 2 * row;
+    c.q_batch_stride = c.k_batch_stride = c.v_batch_stride = c.o_batch_stride = 2 * row * 128;
+    expect(c, FA_STATUS_UNSUPPORTED, ("head_dim " + std::to_string(d)).c_str());
+  }
   c = base;
   c.dtype = FA_DTYPE_FP32;
   expect(c, FA_STATUS_UNSUPPORTED, "FP32");

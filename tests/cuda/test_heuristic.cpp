@@ -1,5 +1,6 @@
 // The measured choice table's lookups (src/cuda/heuristic.cpp): the picks nearest a problem's
-// length, which the choice walks for a paged cache's better-fitting kernel.
+// length, which the choice walks for a paged cache's better-fitting kernel, and the rows a head
+// dim between the table's takes.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -42,9 +43,24 @@ TEST_SUITE("family") {
     REQUIRE(longest.size() == rows.size());
     for (size_t i = 0; i < rows.size(); ++i) CHECK(same(longest[i], rows.size() - 1 - i));
 
-    // No table for the head dim: nothing.
-    p.head_dim = 72;
+    // A head dim between the table's takes the rows of the next one up (a family that can runs
+    // it on that head dim's kernels with zero columns); one above every row, nothing.
+    p.head_dim = 200;
+    CHECK(table_picks_nearest(90, p) == longest);
+    CHECK(table_choice(90, p, false) == longest[0]);
+    std::vector<KernelConfig> between, own;
+    for_each_candidate(90, p, [&](KernelConfig const& k) { between.push_back(k); });
+    Problem at_256 = p;
+    at_256.head_dim = 256;
+    for_each_candidate(90, at_256, [&](KernelConfig const& k) { own.push_back(k); });
+    CHECK(!own.empty());
+    CHECK(between == own);
+    p.head_dim = 264;
     CHECK(table_picks_nearest(90, p).empty());
+    CHECK(!table_choice(90, p, false).has_value());
+    int visited = 0;
+    for_each_candidate(90, p, [&](KernelConfig const&) { ++visited; });
+    CHECK(visited == 0);
   }
 }
 

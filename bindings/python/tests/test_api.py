@@ -123,8 +123,8 @@ def test_cpu_and_gpu_specific_errors(backend):
         q = torch.randn(1, 16, 2, 64, device="cuda")
         with pytest.raises(flashattn.UnsupportedError, match="FP32"):
             flashattn.forward(q, q, q)
-        q, k, v = _qkv(backend, "bfloat16", d=96)
-        with pytest.raises(flashattn.UnsupportedError, match="head_dim"):
+        q, k, v = _qkv(backend, "bfloat16", d=264)  # above every built head dim (256)
+        with pytest.raises(flashattn.UnsupportedError, match="head_dim 264"):
             flashattn.forward(q, k, v)
     else:
         q, k, v = _qkv(backend, "float32")

@@ -61,7 +61,8 @@ def test_lengths(backend, sq, sk, causal):
         _check(backend, q, k, v, o, lse, causal)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+# 40, 96 and 192 run on the kernels of the next built head dim (zero columns) on a GPU.
+@pytest.mark.parametrize("head_dim", [40, 64, 96, 128, 192, 256])
 def test_head_dims_and_scale(backend, head_dim):
     rng = np.random.default_rng(head_dim)
     for dtype in backend.dtypes():
@@ -70,6 +71,19 @@ def test_head_dims_and_scale(backend, head_dim):
         v = backend.array(_data(rng, 1, 97, 1, head_dim), dtype)
         o = flashattn.forward(q, k, v, softmax_scale=0.2)
         _check(backend, q, k, v, o, None, scale=0.2)
+
+
+@pytest.mark.parametrize("d,dv", [(192, 128), (128, 64)])
+def test_value_head_dim_below_head_dim(backend, d, dv):
+    """DeepSeek's 192/128: v and out carry head_dim_v, the scale stays 1/sqrt(head_dim)."""
+    rng = np.random.default_rng(d + dv)
+    for dtype in backend.dtypes():
+        q = backend.array(_data(rng, 2, 77, 4, d), dtype)
+        k = backend.array(_data(rng, 2, 130, 2, d), dtype)
+        v = backend.array(_data(rng, 2, 130, 2, dv), dtype)
+        o, lse = flashattn.forward(q, k, v, causal=True, return_lse=True)
+        assert tuple(o.shape) == (2, 77, 4, dv)
+        _check(backend, q, k, v, o, lse, causal=True)
 
 
 def test_longer_sequences(backend):

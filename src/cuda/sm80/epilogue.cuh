@@ -79,14 +79,23 @@ __device__ __forceinline__ void store_tile(
       int const head = head_of(row);
       if (split_out) {
         // Partial results in fp32, straight from registers: rows of the split are
-        // rows x heads_q x d floats, each lane holding two adjacent columns per n8 tile.
+        // rows x heads_q x head_dim_v floats, each lane holding two adjacent columns per n8
+        // tile (a head dim below the kernel's ends at a whole n8 tile).
         int64_t const out_row = (layout == kLayoutVarlen ? seq.q_first : batch * p.seqlen_q) + query;
         int64_t const slot = int64_t(split) * p.partial_rows + out_row;
-        float* dst = p.o_partial + (slot * p.heads_q + head) * C.d_head + 2 * t;
-        static_for<Tr::kDTiles>([&](auto dn) {
+        float* dst = p.o_partial + (slot * p.heads_q + head) * int64_t(p.head_dim_v) + 2 * t;
+        auto store = [&](auto dn) {
           *reinterpret_cast<float2*>(dst + decltype(dn)::value * 8) =
               make_float2(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
-        });
+        };
+        // The kernel's own head dim stores with no compare per n8 tile (one branch instead).
+        if (p.head_dim_v >= C.d_head) {
+          static_for<Tr::kDTiles>(store);
+        } else {
+          static_for<Tr::kDTiles>([&](auto dn) {
+            if (decltype(dn)::value * 8 < p.head_dim_v) store(dn);
+          });
+        }
         if (t == 0) {
           p.lse_partial[(int64_t(split) * p.heads_q + head) * p.partial_rows + out_row] = lse;
         }
@@ -125,6 +134,9 @@ __device__ __forceinline__ void store_tile(
       T* dst = o_base + int64_t(query_of(r)) * p.o_seq_stride + int64_t(head_of(r)) * p.o_head_stride + col0;
       static_for<Tr::kSlabs>([&](auto sl) {
         constexpr int kCol = decltype(sl)::value * 64;
+        // Nothing past the caller's last column (below the kernel's only in the general
+        // instantiation: needs_general).
+        if (kGeneral && kCol + col0 >= p.head_dim_v) return;
         *reinterpret_cast<uint4*>(dst + kCol) =
             ptx::ld_shared_16(src + 2 * (kCol / 64 * C.B_r * 64 + kRow * 64));
       });

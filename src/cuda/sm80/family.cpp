@@ -19,8 +19,15 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
   return p.heads_q > p.heads_kv && p.seqlen_q < k.B_r;
 }
 
-std::string cannot_run(KernelConfig const&, Problem const& p) {
+// A head dim below the kernel's runs with the 16-byte chunks past it zero-filled on load and
+// never stored (smem_tile.cuh, epilogue.cuh), hence multiples of 8.
+std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (std::string why = fp8_inputs(p, "mma.sync"); !why.empty()) return why;
+  if (p.head_dim != k.d_head && (p.head_dim % 8 != 0 || p.head_dim < 8)) {
+    return "head_dim = " + std::to_string(p.head_dim) +
+           " is not a multiple of 8 (the mma.sync family runs a smaller head dim than its own "
+           "in 16-byte column units)";
+  }
   return value_dim_differs(p, "mma.sync");
 }
 
@@ -48,7 +55,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   int const splits = choose_splits(p, base, capacity, device.sm_count, k.B_c, allow_split);
   s.num_splits = splits;
   s.blocks = base * splits;
-  s.general = needs_general(p, s.pack_gqa, splits);
+  s.general = needs_general(p, k.d_head, s.pack_gqa, splits);
   if (splits > 1) s.workspace_bytes = split_workspace_bytes(p, splits);
   return s;
 }

@@ -57,6 +57,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   int const num_splits = kGeneral ? p.num_splits : 1;
   bool const pack = kGeneral && p.pack_gqa;
   bool const transform = kGeneral && p.transform;
+  // Head dims below the kernel's run in the general instantiation only (needs_general): the
+  // plain one's loads take no column bound.
+  int const head_dim = kGeneral ? p.head_dim : C.d_head;
+  int const head_dim_v = kGeneral ? p.head_dim_v : C.d_head;
   int const split = static_cast<int>(rest % num_splits);
   int64_t const batch = rest / num_splits;
   int const group = pack ? p.q_heads_per_kv : 1;
@@ -134,13 +138,13 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   auto load_k = [&](int block) {
     int const key0 = block * C.B_c;
     load_block<C, C.B_c>(sK, [&](auto i, int r) { return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r); },
-                         static_cast<T const*>(p.k), tid, kv_rows(block));
+                         static_cast<T const*>(p.k), tid, kv_rows(block), head_dim);
     commit_loads<C>();
   };
   auto load_v = [&](int block) {
     int const key0 = block * C.B_c;
     load_block<C, C.B_c>(sV, [&](auto i, int r) { return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r); },
-                         static_cast<T const*>(p.v), tid, kv_rows(block));
+                         static_cast<T const*>(p.v), tid, kv_rows(block), head_dim_v);
     commit_loads<C>();
     if (paged && block + 1 < block_end) look_up_pages(block + 1);
   };
@@ -166,7 +170,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
   int const n_visit = block_end - block_begin;
   if (paged && n_visit > 0) look_up_pages(block_begin);
-  load_block<C, C.B_r>(sQ, q_row_ptr, static_cast<T const*>(p.q), tid, q_rows);
+  load_block<C, C.B_r>(sQ, q_row_ptr, static_cast<T const*>(p.q), tid, q_rows, head_dim);
   commit_loads<C>();
   if constexpr (C.eager_load_blocks) {
     if (n_visit > 0) load_k(block_begin);

@@ -44,11 +44,13 @@ struct LdsmAddress {
 // row step keeps row % 8, so the thread's swizzled chunk is the same in every pass and the shared
 // address is one base plus a constant. With kBounded, rows at or past `rows` (the end of the
 // sequence) are filled with zeros instead, and their address is never formed: zero K rows give
-// finite scores that the mask then removes, and zero V rows meet P = 0, never 0 * NaN.
+// finite scores that the mask then removes, and zero V rows meet P = 0, never 0 * NaN. Chunks at
+// or past head_dim (the tensor's: head_dim_v for V; below the kernel's, a multiple of 8) are
+// zero-filled and never read: Q K^T and P V over zero columns add nothing.
 template <KernelConfig C, int kRows, bool kBounded, class RowPtr>
 __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr const& row_ptr,
                                           typename Traits<C>::T const* any_valid, int tid,
-                                          int rows) {
+                                          int rows, int head_dim) {
   using Tr = Traits<C>;
   using T = typename Tr::T;
   constexpr int kPasses = kRows / Tr::kCopyRows;
@@ -59,6 +61,8 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr co
     return dst + 2 * (decltype(s)::value * kRows * 64 + decltype(i)::value * Tr::kCopyRows * 64);
   };
   auto in_bounds = [&](auto i) { return !kBounded || row0 + decltype(i)::value * Tr::kCopyRows < rows; };
+  auto in_head = [&](auto s) { return col0 + decltype(s)::value * 64 < head_dim; };
+  bool const whole_rows = head_dim >= C.d_head;  // uniform: the usual case takes no predicate
   // Pass by pass: each row's address (a page lookup for a paged cache) is formed once and
   // serves every slab, and only one is live at a time; an array of them would hold 2 registers
   // per pass through the copy, which the key loop (register-bound at 255) cannot spare.
@@ -69,8 +73,9 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr co
     static_for<kPasses>([&](auto i) {
       T const* const src = src_of(i);
       static_for<Tr::kSlabs>([&](auto s) {
-        if constexpr (kBounded) {
-          ptx::cp_async_16_zfill(dst_at(s, i), src + decltype(s)::value * 64, in_bounds(i));
+        if (kBounded || !whole_rows) {
+          ptx::cp_async_16_zfill(dst_at(s, i), src + decltype(s)::value * 64,
+                                 in_bounds(i) && in_head(s));
         } else {
           ptx::cp_async_16(dst_at(s, i), src + decltype(s)::value * 64);
         }
@@ -82,8 +87,9 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr co
     static_for<kPasses>([&](auto i) {
       T const* const src = src_of(i);
       static_for<Tr::kSlabs>([&](auto s) {
-        staged[s][i] = in_bounds(i) ? *reinterpret_cast<uint4 const*>(src + decltype(s)::value * 64)
-                                    : make_uint4(0, 0, 0, 0);
+        staged[s][i] = in_bounds(i) && in_head(s)
+                           ? *reinterpret_cast<uint4 const*>(src + decltype(s)::value * 64)
+                           : make_uint4(0, 0, 0, 0);
       });
     });
     static_for<Tr::kSlabs>([&](auto s) {
@@ -96,11 +102,11 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr co
 template <KernelConfig C, int kRows, class RowPtr>
 __device__ __forceinline__ void load_block(typename Traits<C>::T* smem, RowPtr const& row_ptr,
                                            typename Traits<C>::T const* any_valid, int tid,
-                                           int rows) {
+                                           int rows, int head_dim) {
   if (rows >= kRows) {
-    load_tile<C, kRows, false>(smem, row_ptr, any_valid, tid, rows);
+    load_tile<C, kRows, false>(smem, row_ptr, any_valid, tid, rows, head_dim);
   } else {
-    load_tile<C, kRows, true>(smem, row_ptr, any_valid, tid, rows);
+    load_tile<C, kRows, true>(smem, row_ptr, any_valid, tid, rows, head_dim);
   }
 }
 

@@ -100,9 +100,12 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
       int64_t const out_row =
           (p.layout == kLayoutVarlen ? w.seq.q_first : int64_t(w.batch) * p.seqlen_q) + row;
       int64_t const slot = int64_t(w.split) * p.partial_rows + out_row;
-      float* dst = p.o_partial + (slot * p.heads_q + w.head) * T::kD + 2 * (lane % 4);
+      // Rows of head_dim_v floats (the combine reads them so): columns j * 8 + 0..7 are this
+      // quad's, and a head dim below the kernel's ends at a multiple of 8.
+      float* dst = p.o_partial + (slot * p.heads_q + w.head) * int64_t(p.head_dim_v) + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < T::kD / 8; ++j) {
+        if (8 * j >= p.head_dim_v) break;
         *reinterpret_cast<float2*>(dst + 8 * j) =
             make_float2(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
       }
@@ -116,6 +119,10 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
                   w.head * p.o_head_stride;
 #pragma unroll
       for (int j = 0; j < T::kD / 8; ++j) {
+        // Nothing past the caller's last column. Only the general instantiation runs a head dim
+        // below the kernel's (needs_general): a compare per chunk in the plain one cost d 256
+        // 28-36 bytes more spills and 1.4%, d 64 causal 512-1024 2-5% (H200).
+        if (kGeneral && 8 * j >= p.head_dim_v) break;
         uint32_t const v =
             ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;

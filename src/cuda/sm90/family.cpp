@@ -15,8 +15,18 @@ namespace {
 // It reads every tensor through TMA maps (tensor_map.hpp), a paged cache's in boxes of
 // gcd(B_c, page_size) rows or, for small pages, gathered by its producer warpgroup
 // (mainloop_load.cuh), and keeps raw scores with the scale folded into exp2 (softmax.cuh).
-std::string cannot_run(KernelConfig const&, Problem const& p) {
+// A head dim below the kernel's runs with the columns past it zero-filled on load (the maps
+// span head_dim columns; TMA fills a box's part outside them with zeros, and the gather
+// zero-fills its 16-byte chunks there) and never written (a TMA store clips at the map's
+// edge; the threads' own stores and the split partials stop at head_dim): Q K^T and P V over
+// zero columns add nothing. A row's columns come in 16-byte units, hence multiples of 8.
+std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (std::string why = fp8_inputs(p, "sm90"); !why.empty()) return why;
+  if (p.head_dim != k.d_head && (p.head_dim % 8 != 0 || p.head_dim < 8)) {
+    return "head_dim = " + std::to_string(p.head_dim) +
+           " is not a multiple of 8 (the sm90 family runs a smaller head dim than its own in "
+           "16-byte column units)";
+  }
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
   // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
   if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {
@@ -62,7 +72,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   // need the general one (as the mma.sync family's does). Splits do (the partials' epilogue).
   Problem dense_cache = p;
   if (dense_cache.layout == Layout::kPagedKv) dense_cache.layout = Layout::kKvCache;
-  s.general = needs_general(dense_cache, false, s.num_splits);
+  s.general = needs_general(dense_cache, k.d_head, false, s.num_splits);
   if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
   return s;
 }

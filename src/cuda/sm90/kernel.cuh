@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // Producer warpgroup: one warp issues the TMA copies, the whole warpgroup gathers a paged
     // cache's rows (mainloop_load.cuh).
     regs_dealloc<T::kProducerRegs>();
-    load_tiles<T>(params, sm, sched, tid);
+    load_tiles<T, kGeneral>(params, sm, sched, tid);
     return;
   }
 

@@ -51,12 +51,14 @@ template <KernelConfig C>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
   using T = TileOf<C>;
   Params params;
-  params.head_group = head_group(p, C.d_head, C.persistent, grid.x);
+  params.head_group = head_group(p, p.head_dim, C.persistent, grid.x);
   // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
   // sequence's first); dense problems and contiguous caches span [batch, rows]; a paged cache's
   // K and V maps span its page pool [num_pages, page_size] in boxes of gcd(B_c, page_size) rows
   // (mainloop_load.cuh). fa_config_validate refuses empty packed tensors, which no map can
-  // describe.
+  // describe. The maps span the problem's head dims (head_dim for Q and K, head_dim_v for V and
+  // O): below the kernel's, TMA fills a box's columns past them with zeros and a store clips
+  // there (family.cpp).
   bool const varlen = p.layout == kLayoutVarlen, paged = p.layout == kLayoutPagedKv;
   int64_t const q_rows = varlen ? p.total_q : p.seqlen_q;
   int64_t const k_rows = varlen ? p.total_k : paged ? p.page_size : p.seqlen_k;
@@ -70,11 +72,11 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   // only boxes that cannot start on a swizzle atom (not a multiple of 8 rows) are gathered.
   params.kv_gather = paged && params.kv_box_rows % 8 != 0 ? 1 : 0;
   for (cudaError_t e :
-       {encode_tile_map(&params.q_map, C.dtype, p.q, C.d_head, q_rows, p.heads_q, q_batch,
+       {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
                         p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr),
-        encode_tile_map(&params.k_map, C.dtype, p.k, C.d_head, k_rows, heads_kv, k_batch,
+        encode_tile_map(&params.k_map, C.dtype, p.k, p.head_dim, k_rows, heads_kv, k_batch,
                         p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows),
-        encode_tile_map(&params.v_map, C.dtype, p.v, C.d_head, k_rows, heads_kv, k_batch,
+        encode_tile_map(&params.v_map, C.dtype, p.v, p.head_dim_v, k_rows, heads_kv, k_batch,
                         p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows)}) {
     if (e != cudaSuccess) return e;
   }
@@ -83,7 +85,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   // stored by the threads instead.
   params.o_tma = 0;
   if (T::kOBytes > 0 && p.num_splits == 1 &&
-      encode_tile_map(&params.o_map, C.dtype, p.o, C.d_head, q_rows, p.heads_q, q_batch,
+      encode_tile_map(&params.o_map, C.dtype, p.o, p.head_dim_v, q_rows, p.heads_q, q_batch,
                       p.o_seq_stride, p.o_head_stride, p.o_batch_stride, 64) == cudaSuccess) {
     params.o_tma = 1;
   }

@@ -39,7 +39,7 @@ namespace fa::cuda::sm90 {
 // block only after the next block's copies were issued deadlocked: the next block's V stage
 // frees only after a P V that waits for this block's K.) The tile's last V is signalled before
 // the tile ends (the consumers release Q only after it, and the next tile's Q waits for that).
-template <class T>
+template <class T, bool kGeneral>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
   using Elem = typename T::Elem;
@@ -52,6 +52,10 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   static_assert(T::kBc % kRowsPerPass == 0 && 32 % kWarpRows == 0, "gather: rows per pass");
   int const lane = ptid % 32, warp = ptid / 32;
   int const chunk = ptid % kChunks, sub = lane / kChunks;  // this thread's row in its warp's pass
+  // A chunk past a head dim below the kernel's (head_dim for K, head_dim_v for V; the general
+  // instantiation's only: needs_general) is zero-filled, never read (family.cpp).
+  bool const in_k = !kGeneral || chunk * 8 < p.head_dim;
+  bool const in_v = !kGeneral || chunk * 8 < p.head_dim_v;
   // The chunk's place in a stage: its 64-column block, then the 16-byte unit within the row.
   uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
   uint32_t const unit = chunk % 8;
@@ -85,9 +89,10 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
   // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
-  // from the pages in `pg` and `rw` (the lanes' look-ups of block n).
+  // from the pages in `pg` and `rw` (the lanes' look-ups of block n); `in_cols`: this thread's
+  // chunk lies within the tensor's head dim.
   auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
-                    int const(&pg)[kSlots], int const(&rw)[kSlots]) {
+                    int const(&pg)[kSlots], int const(&rw)[kSlots], bool in_cols) {
     dst += uint32_t(r0) * 128;
     // Each lane turns its rows' pages into element offsets once per block (-1: past the keys),
     // so a pass shuffles two words and adds, rather than multiplying 64-bit strides per copy
@@ -103,7 +108,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
       // slot (i * kWarpRows) / 32: both constant but for sub.
       int const from = (i * kWarpRows) % 32 + sub;
       int64_t const pass_off = __shfl_sync(0xffffffffu, off[(i * kWarpRows) / 32], from);
-      bool const valid = pass_off >= 0;
+      bool const valid = pass_off >= 0 && in_cols;
       Elem const* src = base + (valid ? pass_off : 0);
       uint32_t const at = uint32_t(i * kRowsPerPass * 128) + swizzle[(i * kRowsPerPass / 4) & 1];
       ptx::cp_async_16_zfill(dst + at, src, valid);
@@ -128,7 +133,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     }
     mbar_wait(&sm.k_empty[s], phase ^ 1);
     gather(k_base, p.k_batch_stride, p.k_seq_stride,
-           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row);
+           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row, in_k);
     // The next block's pages load while this block's copies run and the V stage frees.
     if (it + 1 < w.n_blocks) look_up(n - 1);
     if (pending_v >= 0) {
@@ -137,7 +142,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
     gather(v_base, p.v_batch_stride, p.v_seq_stride,
-           smem_addr(sm.v_tiles + s * T::kKVBytes) + col, cur_page, cur_row);
+           smem_addr(sm.v_tiles + s * T::kKVBytes) + col, cur_page, cur_row, in_v);
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
     pending_v = s;
@@ -153,7 +158,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
 // copies, the lanes with a paged box one copy each per 64 columns. (A box's bytes may complete
 // on a "full" barrier before lane 0 arms it: the barrier's transaction count goes negative
 // meanwhile, and its phase waits for lane 0's arrival either way.)
-template <class T>
+template <class T, bool kGeneral>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
   ForwardParams const& p = params.p;
@@ -185,7 +190,7 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       }
     }
     if (gather) {
-      gather_kv<T>(p, sm, w, kv_head, pipe, ptid);
+      gather_kv<T, kGeneral>(p, sm, w, kv_head, pipe, ptid);
       pipe += w.n_blocks;
       continue;
     }

@@ -81,18 +81,18 @@ TEST_SUITE("family") {
     CHECK(params.head_units == 32);
   }
 
-  TEST_CASE("mma.sync: a value head dim other than head_dim is refused, naming both") {
+  TEST_CASE("mma.sync: a head dim below the kernel's runs in multiples of 8, with zero columns") {
     KernelFamily const& f = sm80::kFamily;
     KernelConfig const k = test::mma_sync_kernel(64, 128, 4);
-    Problem p = test::dense_problem(1, 100, 100, 8, 8);
-    p.head_dim_v = 96;
-    std::string const why = f.cannot_run(k, p);
-    CHECK(why.find("head_dim_v = 96 differs from head_dim = 128") != std::string::npos);
-    CHECK(why.find("mma.sync") != std::string::npos);
-    p.head_dim_v = 160;  // larger is refused too
-    CHECK(f.cannot_run(k, p).find("head_dim_v = 160") != std::string::npos);
-    p.head_dim_v = 128;
-    CHECK(f.cannot_run(k, p).empty());
+    for (int64_t d : {8, 64, 72, 120, 128}) {
+      CHECK_MESSAGE(f.cannot_run(k, test::dense_problem(1, 100, 100, 8, 8, d)).empty(),
+                    "head_dim ", d);
+    }
+    for (int64_t d : {1, 4, 100, 124}) {
+      std::string const why = f.cannot_run(k, test::dense_problem(1, 100, 100, 8, 8, d));
+      CHECK_MESSAGE(why.find("head_dim = " + std::to_string(d) + " is not a multiple of 8") !=
+                        std::string::npos, why);
+    }
   }
 
   TEST_CASE("mma.sync: FP8 inputs are refused, naming the dtypes") {

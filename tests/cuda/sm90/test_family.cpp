@@ -109,18 +109,23 @@ TEST_SUITE("family") {
     CHECK(params.pack_gqa == 0);
   }
 
-  TEST_CASE("sm90: a value head dim other than head_dim is refused before any other rule") {
+  TEST_CASE("sm90: a head dim below the kernel's runs in multiples of 8, with zero columns") {
     KernelFamily const& f = sm90::kFamily;
     KernelConfig const k = test::sm90_kernel(128, true);
-    Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
-    p.head_dim_v = 96;
-    p.num_splits = 4;  // also refused, but the value dim is named first
-    std::string const why = f.cannot_run(k, p);
-    CHECK(why.find("head_dim_v = 96 differs from head_dim = 128") != std::string::npos);
-    CHECK(why.find("sm90") != std::string::npos);
-    p.num_splits = 0;
-    p.head_dim_v = 128;
-    CHECK(f.cannot_run(k, p).empty());
+    for (int64_t d : {8, 16, 64, 72, 96, 120, 128}) {
+      Problem p = test::dense_problem(2, 1000, 1000, 16, 4, d);
+      CHECK_MESSAGE(f.cannot_run(k, p).empty(), "head_dim ", d);
+      p.layout = Layout::kPagedKv;  // the gather zero-fills the chunks past head_dim
+      p.page_size = 3;
+      p.max_pages_per_seq = 400;
+      p.num_pages = 800;
+      CHECK_MESSAGE(f.cannot_run(k, p).empty(), "paged, head_dim ", d);
+    }
+    for (int64_t d : {1, 4, 100, 124}) {
+      std::string const why = f.cannot_run(k, test::dense_problem(2, 1000, 1000, 16, 4, d));
+      CHECK_MESSAGE(why.find("head_dim = " + std::to_string(d) + " is not a multiple of 8") !=
+                        std::string::npos, why);
+    }
   }
 
   TEST_CASE("sm90: FP8 inputs are refused before any other rule, naming the dtypes") {
@@ -128,7 +133,7 @@ TEST_SUITE("family") {
     KernelConfig const k = test::sm90_kernel(128, true);
     Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
     p.kv_dtype = DType::kE4M3;
-    p.head_dim_v = 96;  // also refused, but the dtypes are named first
+    p.head_dim_v = 160;  // also refused, but the dtypes are named first
     std::string const why = f.cannot_run(k, p);
     CHECK(why.find("dtype = 2, kv_dtype = 4") != std::string::npos);
     CHECK(why.find("sm90") != std::string::npos);
