@@ -85,6 +85,13 @@ struct Tile {
   static_assert(kBc % 16 == 0 && kBc <= 256, "keys per block: a k16 step of P V at a time");
   static_assert(kSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
   static_assert(!kPingpong || kConsumers == 2, "ping-pong alternates two warpgroups");
+  // setmaxnreg moves registers within the block's launch allocation (kThreads times the most a
+  // thread may hold under __launch_bounds__(kThreads, 1), a multiple of 8: 168 with two
+  // consumers), not the SM's 65536: a split past it waits forever in setmaxnreg.inc. A producer
+  // of 32 with two consumers of 240 (65536) hung every kernel on the H200.
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <=
+                    kThreads * (65536 / kThreads / 8 * 8 < 256 ? 65536 / kThreads / 8 * 8 : 256),
+                "producer and consumer registers fit the block's launch allocation");
 };
 
 // The block's shared memory: the Q tile, kStages K and V stages, O's staging buffer (kOBytes,
