@@ -5,7 +5,8 @@
 // Properties checked on every input:
 //   - the status is SUCCESS (no detail message), TUNING_ENTRIES_IGNORED (a detail message) or
 //     PARSE_ERROR (a detail message, nothing returned);
-//   - every loaded entry is one of the device's kernels, of the entry's dtype and head dim;
+//   - every loaded entry is one of the device's kernels, of the entry's dtype, at its head
+//     dim or above it (an entry below a kernel's own: a multiple of 8);
 //   - what was loaded, written back by format_tuning() (fa_context_save_tuning()'s text), reads
 //     back to the same entries with SUCCESS.
 #include <cstdint>
@@ -94,8 +95,10 @@ extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
     bool known = false;
     for (auto const* k : kernels) known = known || k == entry;
     if (!known) finding("an entry is not one of the device's kernels", text);
-    if (static_cast<int>(entry->config.dtype) != dtype || entry->config.d_head != head_dim ||
-        seqlen_q < 1 || seqlen_k < 1) {
+    // A kernel runs its own head dim and every multiple of 8 below it (zero columns).
+    int const d = entry->config.d_head;
+    if (static_cast<int>(entry->config.dtype) != dtype || d < head_dim ||
+        (d != head_dim && (head_dim % 8 != 0 || head_dim < 8)) || seqlen_q < 1 || seqlen_k < 1) {
       finding("an entry's kernel does not fit its shape", text);
     }
   }
