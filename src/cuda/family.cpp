@@ -20,6 +20,12 @@ bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits) 
          p.softmax_scale < 0.f || pack_gqa || num_splits > 1 || p.head_dim_v < d_head;
 }
 
+std::string head_dim_below(KernelConfig const& k, Problem const& p, char const* family) {
+  if (p.head_dim == k.d_head || (p.head_dim % 8 == 0 && p.head_dim >= 8)) return {};
+  return "head_dim = " + std::to_string(p.head_dim) + " is not a multiple of 8 (the " + family +
+         " family runs a smaller head dim than its own in 16-byte column units)";
+}
+
 std::string value_dim_differs(Problem const& p, char const* family) {
   if (p.head_dim_v == p.head_dim) return {};
   if (p.head_dim_v < p.head_dim && p.head_dim_v % 8 == 0) return {};

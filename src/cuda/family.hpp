@@ -68,6 +68,11 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 // and 1.4% (H200, docs/performance.md).
 bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits);
 
+// Why a family whose kernels run a head dim below their own (`k`'s) in 16-byte column units,
+// the columns past it zero-filled on load and never written, cannot run `p`: a message naming
+// head_dim (and `family`) when it differs from k's and is not a multiple of 8, else empty.
+std::string head_dim_below(KernelConfig const& k, Problem const& p, char const* family);
+
 // Why a family whose kernels read V and write O with the kernel's head dim of columns, the
 // ones past head_dim_v zero-filled and never written, cannot run `p`: a message naming
 // head_dim_v and head_dim (and `family`) when head_dim_v is above head_dim or not a multiple of

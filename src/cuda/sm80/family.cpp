@@ -23,11 +23,7 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
 // never stored (smem_tile.cuh, epilogue.cuh), hence multiples of 8.
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (std::string why = fp8_inputs(p, "mma.sync"); !why.empty()) return why;
-  if (p.head_dim != k.d_head && (p.head_dim % 8 != 0 || p.head_dim < 8)) {
-    return "head_dim = " + std::to_string(p.head_dim) +
-           " is not a multiple of 8 (the mma.sync family runs a smaller head dim than its own "
-           "in 16-byte column units)";
-  }
+  if (std::string why = head_dim_below(k, p, "mma.sync"); !why.empty()) return why;
   return value_dim_differs(p, "mma.sync");
 }
 

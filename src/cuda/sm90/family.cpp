@@ -22,11 +22,7 @@ namespace {
 // zero columns add nothing. A row's columns come in 16-byte units, hence multiples of 8.
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (std::string why = fp8_inputs(p, "sm90"); !why.empty()) return why;
-  if (p.head_dim != k.d_head && (p.head_dim % 8 != 0 || p.head_dim < 8)) {
-    return "head_dim = " + std::to_string(p.head_dim) +
-           " is not a multiple of 8 (the sm90 family runs a smaller head dim than its own in "
-           "16-byte column units)";
-  }
+  if (std::string why = head_dim_below(k, p, "sm90"); !why.empty()) return why;
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
   // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
   if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {
