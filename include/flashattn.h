@@ -230,7 +230,7 @@ typedef struct fa_config {
   int64_t heads_q;      /*!< >= 1, a multiple of heads_kv. */
   int64_t heads_kv;     /*!< >= 1. */
   int64_t head_dim;     /*!< >= 1. GPU kernels run every multiple of 8 up to the largest head
-                             dim in the registry (fa_kernel_get(): 64, 128 and 256 by default),
+                             dim in the registry (fa_kernel_get(): 64, 128, 192 and 256 by default),
                              one between them on the registry's next head dim up. */
   float softmax_scale;  /*!< Multiplies the scores before the softmax. 0 (the default) means
                              1/sqrt(head_dim). Must be finite; may be negative (since 0.3.0 on

@@ -5,8 +5,9 @@ process, timed the way a serving or training loop runs them.
     FLASHATTN_LIBRARY=build/libflashattn.so.0 PYTHONPATH=bindings/python \\
         python3 tools/bench_compare.py --out results/ [--dtype bf16,fp16] [--bench build/bench/flashattn_bench]
 
-Grid (FA2/FA3 papers): hidden 2048 (heads = 2048 / d), batch = 16384 / seqlen, seqlen 512..16384,
-d 64/128/256, causal off and on. Backends, on the same random-normal q, k, v of shape
+Grid (FA2/FA3 papers): hidden 2048 (heads = 2048 / d; 32 where d does not divide 2048), batch =
+16384 / seqlen, seqlen 512..16384, d 64/128/256, causal off and on; `--head-dims 192:128` names a
+value head dim below the key's (DeepSeek's prefill), v and the output then (..., 128). Backends, on the same random-normal q, k, v of shape
 (batch, seqlen, heads, d):
 - libflashattn: `flashattn.forward` (the library's built-in choice through the public API);
 - fa4: FlashAttention-4's `flash_attn.cute.flash_attn_func` (its sm90 forward is FA3's algorithm;
@@ -19,7 +20,8 @@ window by window at each point, so a GPU that a previous job left hot slows them
 timing, every backend's output is compared with ours (max |difference|); one that computes
 something else is not timed. A backend that is missing or refuses a point leaves it empty.
 
-TFLOP/s = 4 * batch * heads * seqlen^2 * d / time, halved for causal. Writes results.csv (one
+TFLOP/s = 2 * batch * heads * seqlen^2 * (d + d_v) / time (4 B H S^2 D where d_v = d), halved for
+causal. Writes results.csv (one
 row per point and backend, with the GPU's name), performance.md (per dtype: TFLOP/s, ours over
 each baseline, geometric means and minima) and, where matplotlib is installed, chart-<dtype>.png.
 With --bench, flashattn_bench names the kernel the library picks at each point (a column).
@@ -50,11 +52,29 @@ def ints(text):
     return [int(x) for x in text.split(",")]
 
 
+def head_dims(text):
+    """'64,192:128' -> [(64, 64), (192, 128)]: (head dim, value head dim)."""
+    dims = []
+    for item in text.split(","):
+        d, _, dv = item.partition(":")
+        dims.append((int(d), int(dv or d)))
+    return dims
+
+
+def heads_for(d):
+    return HIDDEN // d if HIDDEN % d == 0 else 32
+
+
+def dim_label(d, dv):
+    return str(d) if d == dv else f"{d}:{dv}"
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dtype", default="bf16", help="comma-separated: bf16, fp16")
-    ap.add_argument("--head-dims", type=ints, default=HEAD_DIMS)
+    ap.add_argument("--head-dims", type=head_dims, default=[(d, d) for d in HEAD_DIMS],
+                    help="comma-separated d or d:d_v (value head dim)")
     ap.add_argument("--seqlens", type=ints, default=SEQLENS)
     ap.add_argument("--causal", type=ints, default=[0, 1])
     ap.add_argument("--window-ms", type=float, default=200.0)
@@ -65,8 +85,8 @@ def parse_args():
     return ap.parse_args()
 
 
-def flops(batch, heads, seqlen, d, causal):
-    return 4.0 * batch * heads * seqlen * seqlen * d / (2.0 if causal else 1.0)
+def flops(batch, heads, seqlen, d, dv, causal):
+    return 2.0 * batch * heads * seqlen * seqlen * (d + dv) / (2.0 if causal else 1.0)
 
 
 def backends(torch, wanted):
@@ -75,7 +95,7 @@ def backends(torch, wanted):
     found = {}
 
     def ours(q, k, v, causal):
-        out = torch.empty_like(q)
+        out = q.new_empty(*q.shape[:-1], v.shape[-1])
 
         def step():
             flashattn.forward(q, k, v, causal=causal, out=out)
@@ -116,7 +136,7 @@ def kernel_names(args, dtype):
     if not args.bench:
         return {}
     cmd = [args.bench, "--csv", "--dtype", dtype, "--window-ms", "1", "--iters", "1",
-           "--head-dims", ",".join(map(str, args.head_dims)),
+           "--head-dims", ",".join(sorted({str(d) for d, _ in args.head_dims})),
            "--causal", ",".join(map(str, args.causal)),
            "--seqlens", ",".join(map(str, args.seqlens))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -130,14 +150,16 @@ def table(gpu, dtype, rows, names):
     by_point = {}
     for r in rows:
         if r["dtype"] == dtype:
-            by_point.setdefault((r["head_dim"], r["causal"], r["seqlen"]), {})[r["backend"]] = r
+            key = (r["head_dim"], r["head_dim_v"], r["causal"], r["seqlen"])
+            by_point.setdefault(key, {})[r["backend"]] = r
     lines = [f"GPU: {gpu}; {dtype}; TFLOP/s = 4 B H S^2 D / time (halved for causal), batch = "
-             "16384 / S, heads = 2048 / D; back-to-back calls in >= 200 ms windows, median of 3.",
+             "16384 / S, heads = 2048 / D (32 where D does not divide 2048; D:D_v counts "
+             "2 B H S^2 (D + D_v)); back-to-back calls in >= 200 ms windows, median of 3.",
              "", "| D | causal | S | " + " | ".join(names) + " | "
              + " | ".join(f"ours / {n}" for n in base) + " | kernel |",
              "|" + "---|" * (4 + len(names) + len(base))]
     ratios = {n: [] for n in base}
-    for (d, c, s), got in sorted(by_point.items()):
+    for (d, dv, c, s), got in sorted(by_point.items()):
         cells = [f"{got[n]['tflops']:.1f}" if n in got else "" for n in names]
         rcells = []
         for n in base:
@@ -148,7 +170,7 @@ def table(gpu, dtype, rows, names):
             else:
                 rcells.append("")
         kernel = got.get("libflashattn", {}).get("kernel", "")
-        lines.append(f"| {d} | {c} | {s} | " + " | ".join(cells + rcells)
+        lines.append(f"| {dim_label(d, dv)} | {c} | {s} | " + " | ".join(cells + rcells)
                      + (f" | `{kernel}` |" if kernel else " | |"))
     lines.append("")
     for n in base:
@@ -176,19 +198,20 @@ def main():
     for dtype_name in args.dtype.split(","):
         dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float16
         picks = kernel_names(args, dtype_name)
-        for d in args.head_dims:
+        for d, dv in args.head_dims:
             for causal in args.causal:
                 for s in args.seqlens:
-                    b, h = TOKENS // s, HIDDEN // d
-                    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
-                               for _ in range(3))
+                    b, h = TOKENS // s, heads_for(d)
+                    q, k, v = (torch.randn(b, s, h, dim, device="cuda", dtype=dtype,
+                                           generator=gen) for dim in (d, d, dv))
                     medians = time_backends(torch, found, (q, k, v, bool(causal)),
-                                            f"d{d} causal{causal} s{s}", args.window_ms,
-                                            args.repeats)
+                                            f"d{dim_label(d, dv)} causal{causal} s{s}",
+                                            args.window_ms, args.repeats)
                     for name, ms in medians.items():
-                        rows.append(dict(gpu=gpu, dtype=dtype_name, head_dim=d, causal=causal,
+                        rows.append(dict(gpu=gpu, dtype=dtype_name, head_dim=d, head_dim_v=dv,
+                                         causal=causal,
                                          seqlen=s, backend=name, us=round(ms * 1e3, 2),
-                                         tflops=round(flops(b, h, s, d, causal) / (ms * 1e-3)
+                                         tflops=round(flops(b, h, s, d, dv, causal) / (ms * 1e-3)
                                                       / 1e12, 1),
                                          kernel=picks.get((d, causal, s), "")
                                          if name == "libflashattn" else ""))
@@ -206,8 +229,8 @@ def main():
     print("\n".join(lines))
 
     for dtype_name in args.dtype.split(","):
-        tf = {(r["backend"], r["head_dim"], r["causal"], r["seqlen"]): r["tflops"]
-              for r in rows if r["dtype"] == dtype_name}
+        tf = {(r["backend"], dim_label(r["head_dim"], r["head_dim_v"]), r["causal"],
+               r["seqlen"]): r["tflops"] for r in rows if r["dtype"] == dtype_name}
 
         def draw(ax, d, c):
             width = 0.8 / len(names)
@@ -217,7 +240,8 @@ def main():
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(args.seqlens))])
             ax.set_xticklabels([str(s) for s in args.seqlens])
 
-        grid_chart(str(out_dir / f"chart-{dtype_name}.png"), args.head_dims, draw, dpi=90)
+        grid_chart(str(out_dir / f"chart-{dtype_name}.png"),
+                   [dim_label(d, dv) for d, dv in args.head_dims], draw, dpi=90)
 
 
 if __name__ == "__main__":

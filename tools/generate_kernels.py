@@ -42,7 +42,7 @@ DTYPE_CODES = {"fp16": 1, "bf16": 2}  # fa_dtype values; FP16 sorts first, as in
 DTYPE_NAMES = {1: "FP16", 2: "BF16"}
 DTYPE_CPP = {1: "DType::kFP16", 2: "DType::kBF16"}
 KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep", "sm90")
-SUPPORTED_HEAD_DIMS = (64, 128, 256)
+SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -235,9 +235,10 @@ def sm90_configs(dtype, d_head):
     """The Hopper family's base tiles, which the tuning set varies (the default build has the
     sm90 kernels the choice table names): two consumer warpgroups (B_r = 128, the register split
     24 / 240 that FA3 uses for d <= 256) with the most keys per stage that keep the S, P and O
-    accumulators in registers and two K/V stages in shared memory (d 64 and 128: 128 keys; d 256:
-    64 keys, 193 KiB), and a three-stage pipeline where it fits (d 64 and 128)."""
-    b_c = 64 if d_head == 256 else 128
+    accumulators in registers and two K/V stages in shared memory (d 64 and 128: 128 keys; d 192:
+    112 keys, 217 KiB, FA3's tile; d 256: 64 keys, 193 KiB), and a three-stage pipeline where it
+    fits (d 64 and 128)."""
+    b_c = {192: 112, 256: 64}.get(d_head, 128)
     configs = [KernelConfig(dtype, d_head, 128, b_c, 12, False, False, False, 0, 0, 0, False,
                             False, 1, 2)]
     if d_head <= 128:
@@ -249,8 +250,8 @@ def sm90_tuning_configs(dtype, d_head):
     """Candidates for a tuning sweep (FA_KERNEL_SET=sm90): sm90_configs' tiles with every
     combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
     and all off at three stages, and wider tiles (FA3's among them: d 64 with three consumer
-    warpgroups, 192 query rows; d 128 with 176 keys; d 256 with 80) with overlap, alone and
-    with persistent scheduling and ping-pong."""
+    warpgroups, 192 query rows; d 128 with 176 keys; d 192 with 96, freeing registers; d 256 with
+    80) with overlap, alone and with persistent scheduling and ping-pong."""
     base = sm90_configs(dtype, d_head)[0]
     configs = [dataclasses.replace(base, overlap=o, pingpong=pp, persistent=pe)
                for o, pp, pe in itertools.product([False, True], repeat=3)]
@@ -260,6 +261,7 @@ def sm90_tuning_configs(dtype, d_head):
                                         persistent=True)]
     wide = {64: [dict(B_r=192, n_warps=16), dict(B_c=176)],
             128: [dict(B_c=176), dict(B_c=192)],
+            192: [dict(B_c=96)],
             256: [dict(B_c=80)]}[d_head]
     for tile in wide:
         for knobs in (dict(), dict(persistent=True), dict(pingpong=True, persistent=True)):
@@ -337,7 +339,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dtypes", default="fp16;bf16", help="';'-separated: fp16, bf16")
-    ap.add_argument("--head-dims", default="128", help="';'-separated: 64, 128, 256")
+    ap.add_argument("--head-dims", default="128", help="';'-separated: 64, 128, 192, 256")
     ap.add_argument("--kernel-set", default="default", choices=KERNEL_SETS)
     ap.add_argument("--choice-tables", default="",
                     help="';'-separated heuristic_sm<arch>.txt files (the measured choice tables)")

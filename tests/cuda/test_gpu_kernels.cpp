@@ -306,7 +306,7 @@ TEST_CASE("every registered kernel matches the CPU backend") {
 
 TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured plan replays") {
   for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-    for (int d : {64, 128, 256}) {
+    for (int d : {64, 128, 192, 256}) {
       fa_kernel_config probe;
       REQUIRE(fa_kernel_config_init(&probe) == FA_STATUS_SUCCESS);
       bool built = false;  // the build may leave this (dtype, head dim) out

@@ -43,8 +43,12 @@ template <class T, bool kGeneral>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
   using Elem = typename T::Elem;
-  constexpr int kChunks = T::kD / 8;           // 16-byte chunks per row
-  constexpr int kRowsPerPass = 128 / kChunks;  // 16 at d = 64, 8 at 128, 4 at 256
+  // 16-byte chunks of a row that one pass covers: the whole row at d 64, 128 and 256 (8, 16 or
+  // 32: a warp holds whole rows), a 64-column block at a time at d 192 (24 chunks would split
+  // rows across warps), kGroups passes over the block's columns.
+  constexpr int kChunks = 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
+  constexpr int kGroups = T::kD / 8 / kChunks;
+  constexpr int kRowsPerPass = 128 / kChunks;  // 16 at d = 64 (and 192), 8 at 128, 4 at 256
   constexpr int kWarpRows = 32 / kChunks;      // a warp's rows per pass: 4, 2, 1
   constexpr int kPasses = T::kBc / kRowsPerPass;
   constexpr int kWarpList = kPasses * kWarpRows;  // a warp's rows per block: kBc / 4
@@ -52,11 +56,8 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   static_assert(T::kBc % kRowsPerPass == 0 && 32 % kWarpRows == 0, "gather: rows per pass");
   int const lane = ptid % 32, warp = ptid / 32;
   int const chunk = ptid % kChunks, sub = lane / kChunks;  // this thread's row in its warp's pass
-  // A chunk past a head dim below the kernel's (head_dim for K, head_dim_v for V; the general
-  // instantiation's only: needs_general) is zero-filled, never read (family.cpp).
-  bool const in_k = !kGeneral || chunk * 8 < p.head_dim;
-  bool const in_v = !kGeneral || chunk * 8 < p.head_dim_v;
-  // The chunk's place in a stage: its 64-column block, then the 16-byte unit within the row.
+  // The chunk's place in a stage: its 64-column block, then the 16-byte unit within the row
+  // (group g adds g * kChunks chunks, whole 64-column blocks).
   uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
   uint32_t const unit = chunk % 8;
   int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
@@ -89,10 +90,11 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
   // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
-  // from the pages in `pg` and `rw` (the lanes' look-ups of block n); `in_cols`: this thread's
-  // chunk lies within the tensor's head dim.
+  // from the pages in `pg` and `rw` (the lanes' look-ups of block n). A chunk at or past `cols`
+  // (the tensor's head dim: below the kernel's in the general instantiation only,
+  // needs_general) is zero-filled, never read (family.cpp).
   auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
-                    int const(&pg)[kSlots], int const(&rw)[kSlots], bool in_cols) {
+                    int const(&pg)[kSlots], int const(&rw)[kSlots], int cols) {
     dst += uint32_t(r0) * 128;
     // Each lane turns its rows' pages into element offsets once per block (-1: past the keys),
     // so a pass shuffles two words and adds, rather than multiplying 64-bit strides per copy
@@ -102,16 +104,23 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     for (int slot = 0; slot < kSlots; ++slot) {
       off[slot] = pg[slot] >= 0 ? pg[slot] * page_stride + rw[slot] * row_stride : -1;
     }
+    // Not unrolled: d 192's three groups unrolled kept three sets of addresses live in the
+    // producer's 24 registers (ptxas: 348-412 bytes of spills at 112 keys, 100-160 rolled).
+#pragma unroll 1
+    for (int g = 0; g < kGroups; ++g) {
+      bool const in_cols = !kGeneral || (chunk + g * kChunks) * 8 < cols;
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
-      // slot (i * kWarpRows) / 32: both constant but for sub.
-      int const from = (i * kWarpRows) % 32 + sub;
-      int64_t const pass_off = __shfl_sync(0xffffffffu, off[(i * kWarpRows) / 32], from);
-      bool const valid = pass_off >= 0 && in_cols;
-      Elem const* src = base + (valid ? pass_off : 0);
-      uint32_t const at = uint32_t(i * kRowsPerPass * 128) + swizzle[(i * kRowsPerPass / 4) & 1];
-      ptx::cp_async_16_zfill(dst + at, src, valid);
+      for (int i = 0; i < kPasses; ++i) {
+        // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
+        // slot (i * kWarpRows) / 32: both constant but for sub.
+        int const from = (i * kWarpRows) % 32 + sub;
+        int64_t const pass_off = __shfl_sync(0xffffffffu, off[(i * kWarpRows) / 32], from);
+        bool const valid = pass_off >= 0 && in_cols;
+        Elem const* src = base + g * kChunks * 8 + (valid ? pass_off : 0);
+        uint32_t const at = uint32_t(g * kChunks / 8 * T::kBc * 128) +
+                            uint32_t(i * kRowsPerPass * 128) + swizzle[(i * kRowsPerPass / 4) & 1];
+        ptx::cp_async_16_zfill(dst + at, src, valid);
+      }
     }
     ptx::cp_async_commit();
   };
@@ -133,7 +142,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     }
     mbar_wait(&sm.k_empty[s], phase ^ 1);
     gather(k_base, p.k_batch_stride, p.k_seq_stride,
-           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row, in_k);
+           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row, p.head_dim);
     // The next block's pages load while this block's copies run and the V stage frees.
     if (it + 1 < w.n_blocks) look_up(n - 1);
     if (pending_v >= 0) {
@@ -142,7 +151,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
     gather(v_base, p.v_batch_stride, p.v_seq_stride,
-           smem_addr(sm.v_tiles + s * T::kKVBytes) + col, cur_page, cur_row, in_v);
+           smem_addr(sm.v_tiles + s * T::kKVBytes) + col, cur_page, cur_row, p.head_dim_v);
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
     pending_v = s;
