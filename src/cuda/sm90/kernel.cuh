@@ -20,9 +20,25 @@
 
 namespace fa::cuda::sm90 {
 
+// Narrower MMAs for two head-dim pairs below a kernel's own (consume_tile's kQkSteps, kVCols):
+// d 96 (Phi-3) on a d 128 kernel, 6 of 8 k16 steps of S = Q K^T and 96 of 128 columns of
+// O += P V, and a value head dim of 128 (DeepSeek's 192 / 128) on a d 192 kernel, 128 of 192
+// columns. They run as a third instantiation (kNarrow: the general one's features too), so
+// that the plain and general kernels keep their code and registers.
+template <class T>
+struct Narrow {
+  static constexpr bool kBuilt = T::kD == 128 || T::kD == 192;
+  static constexpr int kQkSteps = T::kD == 128 ? 6 : T::kD / 16;
+  static constexpr int kVCols = T::kD == 128 ? 96 : 128;
+  static constexpr bool fits(int64_t head_dim, int64_t head_dim_v) {
+    return kBuilt && head_dim <= kQkSteps * 16 && head_dim_v <= kVCols;
+  }
+};
+
 // kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
-// transform) and attention sinks; the plain instantiation has neither.
-template <class T, bool kGeneral>
+// transform) and attention sinks; the plain instantiation has neither. kNarrow (with kGeneral,
+// where Narrow<T>::kBuilt): the narrower MMAs.
+template <class T, bool kGeneral, bool kNarrow = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   ForwardParams const& p = params.p;
@@ -72,11 +88,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       mbar_wait(sm.q_full, q_round & 1);
       ++q_round;
     }
-    consume_tile<T>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
-                    [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
-                      int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
-                      softmax.step(p, frame, transform, c, key0, sc, rescale);
-                    });
+    auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
+      int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
+      softmax.step(p, frame, transform, c, key0, sc, rescale);
+    };
+    if constexpr (kNarrow) {
+      consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols>(sm, q_base, pipe, w.n_blocks, lane,
+                                                              turns, o, step);
+    } else {
+      consume_tile<T, T::kD / 16, T::kD>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
+    }
     pipe += w.n_blocks;
     store_tile<T, kGeneral>(params, sm, w, softmax, o, c, row0,
                             int64_t(w.m_block) * T::kBr + wg * 64, wg, lane);

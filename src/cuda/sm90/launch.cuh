@@ -22,13 +22,15 @@ using TileOf = Tile<C.dtype, C.d_head, C.B_c, C.stages, C.n_warps / 4 - 1, C.ove
 
 template <KernelConfig C>
 cudaError_t prepare_kernel() {
-  for (auto kernel : {forward_kernel<TileOf<C>, false>, forward_kernel<TileOf<C>, true>}) {
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             TileOf<C>::kSmemBytes);
-        e != cudaSuccess) {
-      return e;
-    }
+  using T = TileOf<C>;
+  auto const prepare = [](auto kernel) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                T::kSmemBytes);
+  };
+  for (auto kernel : {forward_kernel<T, false>, forward_kernel<T, true>}) {
+    if (cudaError_t e = prepare(kernel); e != cudaSuccess) return e;
   }
+  if constexpr (Narrow<T>::kBuilt) return prepare(forward_kernel<T, true, true>);
   return cudaSuccess;
 }
 
@@ -46,7 +48,7 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
 // Builds the run's tensor maps (about a microsecond each on the host) and launches on `grid`: a
 // block per query tile, or with `persistent` one per SM (the schedule in family.cpp) walking them;
 // `general` picks the instantiation with score transforms and sinks (family.cpp refuses the
-// features neither has).
+// features neither has), its narrow variant where the head dims fit (kernel.cuh's Narrow).
 template <KernelConfig C>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
   using T = TileOf<C>;
@@ -95,8 +97,13 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   config.blockDim = dim3(T::kThreads);
   config.dynamicSmemBytes = T::kSmemBytes;
   config.stream = stream;
-  return general ? cudaLaunchKernelEx(&config, forward_kernel<T, true>, params)
-                 : cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
+  if (!general) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
+  if constexpr (Narrow<T>::kBuilt) {
+    if (Narrow<T>::fits(p.head_dim, p.head_dim_v)) {
+      return cudaLaunchKernelEx(&config, forward_kernel<T, true, true>, params);
+    }
+  }
+  return cudaLaunchKernelEx(&config, forward_kernel<T, true>, params);
 }
 
 // Instantiates the kernel for C and adds it to the registry (called from the generated files).

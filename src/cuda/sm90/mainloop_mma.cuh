@@ -66,10 +66,16 @@ struct Slot {
 // (ncu, H200). Stepped at every head dim, d 256's 80-key kernels, which spill, ran 3-7% slower,
 // so d 256 keeps one descriptor per step and the position's arithmetic; stepped at d 64 and 128
 // only, the FA-paper grid ran 1.009x (d 64 at 8k-16k 1.05-1.06x, no point under 0.986x; H200).
-template <class T, class Softmax>
+//
+// kQkSteps and kVCols: the k16 steps of S = Q K^T and the columns of O += P V that the problem's
+// head dims need, T::kD / 16 and T::kD but in the narrow instantiation (kernel.cuh's Narrow),
+// whose Q, K and V columns past them are zeros. Compile-time: a runtime bound inside the unrolled
+// loops made ptxas fence every wgmma (C7519, 126 times in one file) and spill in the consumers.
+template <class T, int kQkSteps, int kVCols, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
                                              float (&o)[T::kD / 2], Softmax&& softmax) {
+  static_assert(kQkSteps <= T::kD / 16 && kVCols <= T::kD && kVCols % 16 == 0, "narrower dims");
   constexpr bool kStepped = Slot<T>::kStepped;
   // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
@@ -83,7 +89,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     mbar_wait(&sm.k_full[slot.stage], slot.phase);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < T::kD / 16; ++kk) {
+    for (int kk = 0; kk < kQkSteps; ++kk) {
       uint64_t const da = desc(qd, q_base, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
       uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
       Wgmma<T::kType, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
@@ -103,14 +109,15 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
 #pragma unroll
     for (int kk = 0; kk < T::kBc / 16; ++kk) {
       uint32_t const a[4] = {pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3]};
-      Wgmma<T::kType, T::kD, Operands::kRS, 1>::run(o, a, desc(vd, v_base, kk * 2048, T::kBc * 128),
-                                                    1);
+      // O's first kVCols columns: the accumulator's first kVCols / 2 floats per thread.
+      Wgmma<T::kType, kVCols, Operands::kRS, 1>::run(*reinterpret_cast<float(*)[kVCols / 2]>(&o[0]),
+                                                     a, desc(vd, v_base, kk * 2048, T::kBc * 128), 1);
     }
     wgmma_commit();
   };
   auto rescale_o = [&](float const(&rescale)[2]) {
 #pragma unroll
-    for (int i = 0; i < T::kD / 2; ++i) o[i] *= rescale[(i >> 1) & 1];
+    for (int i = 0; i < kVCols / 2; ++i) o[i] *= rescale[(i >> 1) & 1];
   };
   // P in registers: the accumulator layout of S is the A-operand layout of P V's wgmma.
   auto to_p = [&](float const(&sc)[T::kBc / 2], uint32_t(&pk)[T::kBc / 4]) {
