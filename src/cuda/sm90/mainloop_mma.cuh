@@ -39,11 +39,11 @@ struct Turns {
 
 // A pipeline position's stage and phase, stepped by one key block at a time: at d 64 and 128
 // incrementally (the 64-bit position's modulo and division per block took a dozen instructions at
-// 3 stages); at d 256 from the position, as before (see consume_tile).
+// 3 stages); at d 192 and 256 from the position, as before (see consume_tile).
 template <class T>
 struct Slot {
   static constexpr bool kStepped = T::kD <= 128;
-  int64_t pos;  // kept current at d 256 only
+  int64_t pos;  // kept current at d 192 and 256 only
   int stage;
   uint32_t phase;
   __device__ __forceinline__ explicit Slot(int64_t pipe)
@@ -66,6 +66,7 @@ struct Slot {
 // (ncu, H200). Stepped at every head dim, d 256's 80-key kernels, which spill, ran 3-7% slower,
 // so d 256 keeps one descriptor per step and the position's arithmetic; stepped at d 64 and 128
 // only, the FA-paper grid ran 1.009x (d 64 at 8k-16k 1.05-1.06x, no point under 0.986x; H200).
+// Stepped at d 192 too: 0.9999x there (0.990-1.014; docs/performance.md), so d 192 is not.
 //
 // kQkSteps and kVCols: the k16 steps of S = Q K^T and the columns of O += P V that the problem's
 // head dims need, T::kD / 16 and T::kD but in the narrow instantiation (kernel.cuh's Narrow),
