@@ -5,8 +5,8 @@
 //                   [--autotune] [--window-ms MS]
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim; 32 where head_dim does not
-// divide 2048, as for d 192), batch = 16384 / seqlen, so every point moves the same 16384 tokens. FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved
-// for causal. Each point launches back to back between two CUDA events for at least --window-ms
+// divide 2048, as for d 192), batch = 16384 / seqlen, so every point moves the same 16384 tokens.
+// FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved for causal. Each point launches back to back between two CUDA events for at least --window-ms
 // (200) milliseconds after 3 warm-up launches, as a serving loop runs them, and reports the median
 // of --iters (3) such windows' mean times (one launch between two events with a wait would also
 // count the host's launch work, which back-to-back calls overlap; sweeps of every kernel pass a
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
 
   constexpr int64_t kTokens = 16384, kHidden = 2048;
-  auto heads_for = [&](int64_t d) { return kHidden % d == 0 ? kHidden / d : int64_t{32}; };
+  auto heads_for = [](int64_t d) { return kHidden % d == 0 ? kHidden / d : int64_t{32}; };
   int64_t width = 0;  // the widest row of heads x head dim: 2048, or 32 x 192 = 6144
   for (int d : opt.head_dims) width = std::max(width, heads_for(d) * d);
   size_t const elems = static_cast<size_t>(kTokens * width);

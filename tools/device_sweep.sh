@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tuning sweep on the GPU machine: builds every kernel the seed ever named (FA_KERNEL_SET=sweep)
-# for one dtype and head dims 64/128/192/256 (FA_SWEEP_HEAD_DIMS), checks a sample of them against the CPU backend, times
-# all of them on the FA-paper grid, and times PyTorch SDPA (flash, cuDNN) in the same run.
+# for one dtype and head dims 64/128/192/256 (FA_SWEEP_HEAD_DIMS), checks a sample of them
+# against the CPU backend, times all of them on the FA-paper grid, and times PyTorch SDPA (flash,
+# cuDNN) in the same run.
 #   OUT=dir bash tools/device_sweep.sh
 # Output: $OUT/sweep.csv (every kernel at every grid point), $OUT/compare/ (bench_compare.py).
 set -uo pipefail
@@ -11,7 +12,8 @@ build=build-sweep
 dtype="${FA_SWEEP_DTYPE:-bf16}"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" -DFA_KERNEL_SET=sweep \
-  -DFA_DTYPES="$dtype" -DFA_HEAD_DIMS="${FA_SWEEP_HEAD_DIMS:-64;128;192;256}" -DFA_CUDA_ARCHS=90 -DFA_KERNELS_PER_FILE=4 \
+  -DFA_DTYPES="$dtype" -DFA_HEAD_DIMS="${FA_SWEEP_HEAD_DIMS:-64;128;192;256}" -DFA_CUDA_ARCHS=90 \
+  -DFA_KERNELS_PER_FILE=4 \
   >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
 SECONDS=0
 ninja -C "$build" -j16 flashattn_bench flashattn_gpu_tests >"$out/build.log" 2>&1 ||

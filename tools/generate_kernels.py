@@ -223,7 +223,7 @@ def decode_configs(dtype, d_head):
     """Kernels for few query rows against many keys (decode, split-KV): the smallest query tile
     (B_r = 64, the least MMA work on padding rows) with 64- or 128-key blocks. The 128-key block
     needs (64 + 2 * 128) * d * 2 bytes of shared memory: 80 KiB at d = 128, two blocks per SM;
-    at d = 256 it would leave one, so that head dim takes 64-key blocks only."""
+    at d = 192 and 256 it would leave one, so those head dims take 64-key blocks only."""
     fixed = (4, True, True, True)
     configs = [KernelConfig(dtype, d_head, 64, 64, *fixed, 0, 0, 0, False, False)]
     if d_head <= 128:
