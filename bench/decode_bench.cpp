@@ -2,13 +2,14 @@
 //
 //   decode_bench decode [--batches 1,8,32,64] [--kv-lens 4096,...,131072] [--sq 1,4,16]
 //                       [--pages 0,16,64,256] [--heads 32,8] [--head-dim 128] [--splits N]
-//                       [--kernel NAME] [--iters N]
+//                       [--kv-dtype bf16,e4m3] [--kernel NAME] [--iters N]
 //   decode_bench varlen [--tokens 32768] [--min-len 100] [--max-len 4000] [--kernel NAME] [--iters N]
 //   decode_bench copy                      # device-to-device copy bandwidth, the yardstick
 //
 // decode: one query row (or --sq rows, speculative decoding) per sequence against a KV cache of
-// --kv-lens rows per sequence, contiguous (page 0) or paged with shuffled pages; bf16, heads_q /
-// heads_kv query and K/V heads, standard-normal values. Each point is a plan (workspace as the
+// --kv-lens rows per sequence, contiguous (page 0) or paged with shuffled pages; bf16 queries,
+// a bf16 cache or (--kv-dtype e4m3) an FP8 one with per-tensor descales, heads_q / heads_kv
+// query and K/V heads, standard-normal values (rounded to the cache's type). Each point is a plan (workspace as the
 // plan asks) timed back to back in --iters windows of >= 200 ms (default 3); the median counts
 // (column us), beside the same step replayed from a CUDA graph (graph_us: the GPU's time alone)
 // and the host's issue time per call (host_us). Bandwidth is the bytes a
@@ -75,6 +76,41 @@ void fill(DeviceBuffer& b) {
   }
 }
 
+// Fills with standard-normal values rounded to the nearest e4m3 (FP8) value, repeated as fill().
+void fill_e4m3(DeviceBuffer& b) {
+  // The 126 positive finite e4m3 values in order of their codes (which is their order).
+  std::vector<float> values;
+  for (int code = 1; code < 0x7f; ++code) {
+    int const e = code >> 3, m = code & 7;
+    values.push_back(e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7));
+  }
+  size_t const n = std::min(b.bytes, size_t{1} << 20);
+  std::vector<uint8_t> host(n);
+  std::mt19937 rng(static_cast<unsigned>(b.bytes));
+  std::normal_distribution<float> normal;
+  for (auto& x : host) {
+    float const f = normal(rng), a = std::fabs(f);
+    size_t i = size_t(std::lower_bound(values.begin(), values.end(), a) - values.begin());
+    // The nearer of values[i - 1] and values[i] (code i and i + 1); 0 below half the smallest.
+    int code = 0;
+    if (i == values.size()) {
+      code = 0x7e;
+    } else if (i == 0) {
+      code = a * 2 >= values[0] ? 1 : 0;
+    } else {
+      code = a - values[i - 1] <= values[i] - a ? int(i) : int(i) + 1;
+    }
+    x = static_cast<uint8_t>(code | (f < 0 ? 0x80 : 0));
+  }
+  check_cuda(cudaMemcpy(b.ptr, host.data(), n, cudaMemcpyHostToDevice), "copy");
+  char* const base = static_cast<char*>(b.ptr);
+  for (size_t filled = n; filled < b.bytes;) {
+    size_t const chunk = std::min(filled, b.bytes - filled);
+    check_cuda(cudaMemcpy(base + filled, base, chunk, cudaMemcpyDeviceToDevice), "copy");
+    filled += chunk;
+  }
+}
+
 // Median time of one launch over `windows` timings of back-to-back launches, each window at
 // least 200 ms long (its launch count calibrated on 10 launches after 3 warm-ups): a decode step
 // takes tens of microseconds, about as long as the host needs to issue it, so a single launch
@@ -128,14 +164,22 @@ struct Args {
   std::vector<int> kv_lens = {4096, 8192, 16384, 32768, 65536, 131072};
   std::vector<int> sq = {1};
   std::vector<int> pages = {0};
+  std::vector<std::string> kv_dtypes = {"bf16"};
   int heads_q = 32, heads_kv = 8, head_dim = 128, splits = 0, iters = 3;
   std::string kernel;
   int tokens = 32768, min_len = 100, max_len = 4000;
 };
 
 void decode(fa_context_t* ctx, Args const& a) {
-  std::printf("batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us\n");
+  std::printf("kv_dtype,batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us\n");
   std::mt19937 rng(7);
+  for (std::string const& kv_dtype : a.kv_dtypes) {
+  bool const e4m3 = kv_dtype == "e4m3";
+  int const kv_elem = e4m3 ? 1 : 2;
+  // Per-tensor descales (1.0): an FP8 cache is read with them in serving.
+  float const one = 1.0f;
+  DeviceBuffer descale(e4m3 ? sizeof(float) : 0);
+  if (e4m3) check_cuda(cudaMemcpy(descale.ptr, &one, 4, cudaMemcpyHostToDevice), "copy");
   for (int page : a.pages) {
     for (int sq : a.sq) {
       for (int batch : a.batches) {
@@ -152,6 +196,7 @@ void decode(fa_context_t* ctx, Args const& a) {
           c.head_dim = d;
           c.causal = sq > 1;
           c.num_splits = a.splits;
+          if (e4m3) c.kv_dtype = FA_DTYPE_E4M3;
           int64_t rows;  // cache rows allocated
           std::vector<int32_t> table;
           if (page == 0) {
@@ -171,12 +216,17 @@ void decode(fa_context_t* ctx, Args const& a) {
             std::iota(table.begin(), table.end(), 0);
             std::shuffle(table.begin(), table.end(), rng);
           }
-          size_t const kv_bytes = size_t(rows) * size_t(row) * 2;
+          size_t const kv_bytes = size_t(rows) * size_t(row) * kv_elem;
           DeviceBuffer q(size_t(batch) * sq * hq * d * 2), k(kv_bytes), v(kv_bytes),
               o(size_t(batch) * sq * hq * d * 2);
           fill(q);
-          fill(k);
-          fill(v);
+          if (e4m3) {
+            fill_e4m3(k);
+            fill_e4m3(v);
+          } else {
+            fill(k);
+            fill(v);
+          }
           std::vector<int32_t> lens(size_t(batch), len);
           DeviceBuffer lens_d(lens.size() * 4), table_d(table.size() * 4);
           check_cuda(cudaMemcpy(lens_d.ptr, lens.data(), lens_d.bytes, cudaMemcpyHostToDevice), "copy");
@@ -203,6 +253,7 @@ void decode(fa_context_t* ctx, Args const& a) {
           args.block_table = table.empty() ? nullptr : static_cast<int32_t const*>(table_d.ptr);
           args.workspace = workspace.ptr;
           args.workspace_size = ws;
+          if (e4m3) args.k_descale = args.v_descale = static_cast<float const*>(descale.ptr);
           auto const run = [&] {
             check(fa_plan_run_ex(plan, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, &args, nullptr), "run");
           };
@@ -230,14 +281,16 @@ void decode(fa_context_t* ctx, Args const& a) {
           check(fa_plan_kernel(plan, &kc), "fa_plan_kernel");
           char name[128];
           fa_kernel_config_name(&kc, name, sizeof name, nullptr);
-          double const bytes = 2.0 * batch * double(len) * row * 2 + 2.0 * q.bytes;
-          std::printf("%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f,%.2f,%.2f\n", batch, len, sq, page, splits,
-                      name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, graph_ms * 1e3, issue_us);
+          double const bytes = 2.0 * batch * double(len) * row * kv_elem + 2.0 * q.bytes;
+          std::printf("%s,%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f,%.2f,%.2f\n", kv_dtype.c_str(), batch,
+                      len, sq, page, splits, name, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                      graph_ms * 1e3, issue_us);
           std::fflush(stdout);
           fa_plan_destroy(plan);
         }
       }
     }
+  }
   }
 }
 
@@ -345,6 +398,17 @@ int main(int argc, char** argv) {
     } else if (o == "--head-dim") a.head_dim = parse_list(next()).at(0);
     else if (o == "--splits") a.splits = parse_list(next()).at(0);
     else if (o == "--kernel") a.kernel = next();
+    else if (o == "--kv-dtype") {
+      a.kv_dtypes.clear();
+      std::string list = next();
+      for (size_t at = 0; at <= list.size();) {
+        size_t const end = std::min(list.find(',', at), list.size());
+        std::string const t = list.substr(at, end - at);
+        if (t != "bf16" && t != "e4m3") die("--kv-dtype takes bf16 and e4m3");
+        a.kv_dtypes.push_back(t);
+        at = end + 1;
+      }
+    }
     else if (o == "--iters") a.iters = parse_list(next()).at(0);
     else if (o == "--tokens") a.tokens = parse_list(next()).at(0);
     else if (o == "--min-len") a.min_len = parse_list(next()).at(0);

@@ -33,8 +33,8 @@ extern "C" {
  * log-sum-exp of the scaled scores, as float32, laid out contiguously as [batch, heads_q, seqlen_q].
  *
  * Where the work runs is chosen by a context (fa_context_t): one CUDA device, or the CPU. A CPU context
- * runs the same fa_forward() on host buffers (fp16, bf16, fp32 and, since 0.3.0, FP8 e4m3 inputs),
- * with fp32 accumulation: it is the
+ * runs the same fa_forward() on host buffers (fp16, bf16, fp32 and, since 0.3.0, FP8 e4m3 inputs,
+ * of which GPU contexts run e4m3 K/V caches), with fp32 accumulation: it is the
  * reference the GPU kernels are tested against, and it lets programs run where there is no GPU.
  *
  * Two ways to run:
@@ -173,9 +173,13 @@ typedef enum fa_dtype {
    *  largest magnitude 448, subnormals kept. An input type only: q, k and v may be e4m3
    *  (see fa_config.kv_dtype), o never is (fa_config.out_dtype). The stored values are
    *  multiplied by the descale factors of fa_run_args (q_descale, k_descale, v_descale).
-   *  CPU contexts run it; GPU kernels: not yet (FA_STATUS_UNSUPPORTED, a pinned kernel
-   *  FA_STATUS_KERNEL_NOT_AVAILABLE, the message naming the dtype). Not a fa_merge_config
-   *  or fa_kernel_config dtype. Since 0.3.0. */
+   *  CPU contexts run it. GPU contexts run e4m3 K/V caches with 16-bit queries (kv_dtype
+   *  FA_DTYPE_E4M3, dtype FA_DTYPE_FP16 or FA_DTYPE_BF16) on the mma.sync family's decode
+   *  tiles (one kernel per head dim), every layout, mask, bias and split count, when k's and
+   *  v's strides are multiples of 16 elements (16-byte rows); other kernels and strides refuse
+   *  it (pinned: FA_STATUS_KERNEL_NOT_AVAILABLE, else FA_STATUS_UNSUPPORTED, naming the
+   *  stride). e4m3 queries on a GPU: not yet (FA_STATUS_UNSUPPORTED, the message naming the
+   *  dtype). Not a fa_merge_config or fa_kernel_config dtype. Since 0.3.0. */
   FA_DTYPE_E4M3 = 4
 } fa_dtype;
 
@@ -380,9 +384,12 @@ typedef struct fa_run_args {
    *  the LSE is that of the scores above (it includes q_descale and k_descale, not v_descale).
    *  Rounding: CPU contexts decode every e4m3 value exactly into float32, form
    *  softmax_scale * q_descale * k_descale in float32, accumulate dot products and P V in
-   *  float32, and round o once to out_dtype. GPU kernels: not yet (FA_STATUS_UNSUPPORTED); when
-   *  they come they will quantise P to e4m3 for P V, so their results differ from the CPU's by
-   *  that rounding. The values are not checked: a non-finite or negative descale gives what
+   *  float32, and round o once to out_dtype. GPU kernels (e4m3 caches, 16-bit queries) decode
+   *  every e4m3 value of k and v exactly into the queries' type, multiply the float32 dot
+   *  products by k_descale (then by softmax_scale, as for any dtype), round P to the queries'
+   *  type for P V as they do for 16-bit caches, and multiply the float32 o by v_descale before
+   *  rounding it once; an e4m3 NaN in a cache reads as +-480 there (the CPU's NaN propagates).
+   *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are not checked: a non-finite or negative descale gives what
    *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */
   const float* q_descale;
   const float* k_descale;
@@ -735,8 +742,10 @@ FA_API fa_status fa_kernel_is_registered(const fa_kernel_config* config, int* re
  *  the context's device, and can run `config`.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT / FA_STATUS_BAD_STRUCT_SIZE (bad input);
  *          FA_STATUS_INVALID_KERNEL_CONFIG; FA_STATUS_KERNEL_NOT_AVAILABLE (as for
- *          fa_plan_create_with_kernel()); FA_STATUS_UNSUPPORTED (the problem cannot run on a GPU);
- *          FA_STATUS_WRONG_CONTEXT on a CPU context.
+ *          fa_plan_create_with_kernel()); FA_STATUS_UNSUPPORTED (the problem cannot run on a GPU,
+ *          or has FP8 inputs: their choice is not tuned, since a 16-bit problem of the same shape
+ *          would reuse it; pin a plan instead; since 0.3.0); FA_STATUS_WRONG_CONTEXT on a CPU
+ *          context.
  *  Thread-safe. Since 0.1.0. */
 FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, const fa_config* config,
                                        const fa_kernel_config* kernel);
@@ -761,7 +770,8 @@ FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, const fa_config* confi
  *  @param best_ms      optional; receives the median time in milliseconds of the kernel written
  *                      to best (of the winner when best is NULL).
  *  @return as fa_forward(); FA_STATUS_UNSUPPORTED also for problems kernels are not timed on:
- *          layouts other than FA_LAYOUT_DENSE, ALiBi, sinks, num_splits > 1 (nothing runs);
+ *          layouts other than FA_LAYOUT_DENSE, ALiBi, sinks, num_splits > 1, and FP8 inputs (as
+ *          fa_context_set_kernel()) (nothing runs);
  *          FA_STATUS_WRONG_CONTEXT on a CPU context.
  *  Thread-safe, but timings taken while other work shares the GPU are noisy. Since 0.2.0. */
 FA_API fa_status fa_autotune(fa_context_t* ctx, const fa_config* config, const void* q,

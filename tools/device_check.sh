@@ -6,7 +6,7 @@
 #        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
 #        sm90_paged_synccheck python_gpu rust_device
-#        compare before_after sweep autotune decode decode_paged decode_spec
+#        compare before_after sweep autotune decode decode_paged decode_spec decode_fp8
 #        chunked_prefill varlen copy python_overhead
 # (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
 # are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
@@ -30,7 +30,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after sweep autotune decode decode_paged decode_spec chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -169,6 +169,10 @@ step decode_paged "$build/bench/decode_bench" decode --pages 0,16,64,256 --batch
   --kv-lens 8192,32768
 step decode_spec "$build/bench/decode_bench" decode --sq 4,16 --batches 1,8,64 \
   --kv-lens 8192,131072
+# An e4m3 (FP8) cache beside a bf16 one: decode, and chunked prefill 4 x 512 against 16k.
+step decode_fp8 sh -c "'$build/bench/decode_bench' decode --kv-dtype bf16,e4m3 --batches 1,8,64 \
+  --kv-lens 8192,131072 --pages 0,16 && '$build/bench/decode_bench' decode --kv-dtype bf16,e4m3 \
+  --batches 4 --sq 512 --kv-lens 16384 --pages 0,16"
 # Chunked prefill (issue 16's shapes: chunks of 256 to 4096 causal rows against 8k-32k cached
 # keys, 32/8 heads, d 128), contiguous and paged.
 step chunked_prefill sh -c "for shape in '4 512 8192,32768' '4 2048 16384' '16 256 8192' '1 4096 32768'; do

@@ -54,7 +54,9 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
 namespace {
 
 fa_status choose_cached(fa_context_s* ctx, Problem const& p, cuda::KernelEntry const** out) {
-  {
+  // Tuned choices are keyed by shape (choice_key): a 16-bit problem's never serves FP8 inputs,
+  // which tune_refused() keeps out of the map.
+  if (!p.fp8()) {
     std::lock_guard lock(ctx->mutex);
     if (auto it = ctx->tuned.find(choice_key(p));
         it != ctx->tuned.end() && cuda::cannot_run(it->second->config, p).empty()) {
@@ -66,6 +68,15 @@ fa_status choose_cached(fa_context_s* ctx, Problem const& p, cuda::KernelEntry c
 }
 
 }  // namespace
+
+fa_status tune_refused(Problem const& p, char const* caller) {
+  if (!p.fp8()) return FA_STATUS_SUCCESS;
+  return fail(FA_STATUS_UNSUPPORTED,
+              "%s: fa_config.dtype = %d, kv_dtype = %d: FP8 inputs keep the built-in choice (a "
+              "context's tuned choices are keyed by shape, which a 16-bit problem shares); pin a "
+              "plan with fa_plan_create_with_kernel() instead",
+              caller, static_cast<int>(p.dtype), static_cast<int>(p.kv_dtype));
+}
 
 fa_status find_pinned(fa_context_s const* ctx, KernelConfig const& pinned, Problem const& p,
                       cuda::KernelEntry const** out) {
@@ -415,6 +426,9 @@ FA_API fa_status fa_context_set_kernel(fa_context_t* ctx, fa_config const* confi
     if (fa_status s = fa::to_kernel_config(kernel, &pinned); s != FA_STATUS_SUCCESS) return s;
     fa_plan_s plan;
     if (fa_status s = build_plan(ctx, config, &pinned, &plan); s != FA_STATUS_SUCCESS) return s;
+    if (fa_status s = fa::tune_refused(plan.problem, "fa_context_set_kernel"); s != FA_STATUS_SUCCESS) {
+      return s;
+    }
     std::lock_guard lock(ctx->mutex);
     ctx->tuned[fa::choice_key(plan.problem)] = plan.kernel;
     return FA_STATUS_SUCCESS;

@@ -22,12 +22,13 @@ inline ChoiceKey choice_key(Problem const& p) {
 // families' refusals read to pick between decode and table kernels (query heads per K/V head,
 // the layout, the page size: a family may run some page sizes and not others, as the sm90
 // family ran pages of 16 rows but not of 1 before it gathered small pages, and a fallback chosen
-// for one must not become another's pick).
-using BuiltinKey = std::tuple<ChoiceKey, int64_t, int, int64_t>;
+// for one must not become another's pick), and the K/V dtype (an e4m3 cache runs on fewer
+// kernels than a 16-bit one of the same shape).
+using BuiltinKey = std::tuple<ChoiceKey, int64_t, int, int64_t, int>;
 
 inline BuiltinKey builtin_key(Problem const& p) {
   return {choice_key(p), p.heads_q / std::max<int64_t>(p.heads_kv, 1), static_cast<int>(p.layout),
-          p.page_size};
+          p.page_size, static_cast<int>(p.kv_dtype)};
 }
 
 }  // namespace fa

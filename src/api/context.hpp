@@ -69,4 +69,9 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
 fa_status find_pinned(fa_context_s const* ctx, KernelConfig const& pinned, Problem const& p,
                       cuda::KernelEntry const** out);
 
+// FA_STATUS_UNSUPPORTED, naming `caller`, for FP8 inputs, whose choice a context does not tune:
+// tuned choices are keyed by shape (choice_key, the tuning file's fields), which a 16-bit
+// problem of the same shape shares, and it must never get a kernel tuned for FP8. Else success.
+fa_status tune_refused(Problem const& p, char const* caller);
+
 }  // namespace fa

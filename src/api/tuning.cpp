@@ -162,6 +162,7 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
     fa_plan_s plan;
     if (fa_status s = fa::build_plan(ctx, config, nullptr, &plan); s != FA_STATUS_SUCCESS) return s;
     fa::Problem const& p = plan.problem;
+    if (fa_status s = fa::tune_refused(p, "fa_autotune"); s != FA_STATUS_SUCCESS) return s;
 
     // The built-in choice first, so that ties keep it; then the measured table's candidates; then
     // every kernel the seed's filter keeps.

@@ -16,8 +16,8 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa) {
 bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits) {
   // A negative scale is general too: the plain softmax folds the scale into exp2 of raw scores.
   // head_dim_v <= head_dim (value_dim_differs), so a head_dim below d_head is covered too.
-  return p.layout == Layout::kPagedKv || p.softcap > 0.f || p.alibi != Alibi::kNone || p.sinks ||
-         p.softmax_scale < 0.f || pack_gqa || num_splits > 1 || p.head_dim_v < d_head;
+  return p.layout == Layout::kPagedKv || p.fp8() || p.softcap > 0.f || p.alibi != Alibi::kNone ||
+         p.sinks || p.softmax_scale < 0.f || pack_gqa || num_splits > 1 || p.head_dim_v < d_head;
 }
 
 std::string head_dim_below(KernelConfig const& k, Problem const& p, char const* family) {
@@ -39,7 +39,8 @@ std::string fp8_inputs(Problem const& p, char const* family) {
   if (!p.fp8()) return {};
   return "fa_config.dtype = " + std::to_string(int(p.dtype)) + ", kv_dtype = " +
          std::to_string(int(p.kv_dtype)) + " (FA_DTYPE_E4M3 = 4): the " + family +
-         " family's kernels read 16-bit inputs only (FP8 runs on CPU contexts)";
+         " family's kernels read 16-bit inputs only (e4m3 caches with 16-bit queries run on the "
+         "mma.sync family's decode tiles, e4m3 queries on CPU contexts)";
 }
 
 size_t split_workspace_bytes(Problem const& p, int num_splits) {
@@ -147,6 +148,8 @@ ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {
   f.inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
   f.alibi = static_cast<int32_t>(p.alibi);
   f.partial_rows = static_cast<int32_t>(p.q_rows());
+  f.kv_e4m3 = p.kv_dtype == DType::kE4M3 ? 1 : 0;
+  f.descale_per_head = p.descale_per_head ? 1 : 0;
   return f;
 }
 

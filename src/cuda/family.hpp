@@ -62,8 +62,8 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 
 // Whether the plain instantiation of either family's kernels (head dim d_head) leaves `p` to the
 // general one: dense, varlen and contiguous-cache layouts with causal and window masks at the
-// kernel's head dim are plain; a paged cache, score transforms, sinks, packed GQA, splits and a
-// head dim (or value head dim) below the kernel's are general. The plain kernels' stores then
+// kernel's head dim are plain; a paged cache, FP8 inputs, score transforms, sinks, packed GQA,
+// splits and a head dim (or value head dim) below the kernel's are general. The plain kernels' stores then
 // need no column bound: a bound kept for them cost the d 256 kernels 28-40 bytes more spills
 // and 1.4% (H200, docs/performance.md).
 bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits);

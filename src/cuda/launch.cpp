@@ -34,7 +34,8 @@ fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTe
   };
   for (Index n : {Index{"cu_seqlens_q", t.run.cu_seqlens_q}, Index{"cu_seqlens_k", t.run.cu_seqlens_k},
                   Index{"cache_seqlens", t.run.cache_seqlens}, Index{"block_table", t.run.block_table},
-                  Index{"alibi_slopes", t.run.alibi_slopes}, Index{"sinks", t.run.sinks}}) {
+                  Index{"alibi_slopes", t.run.alibi_slopes}, Index{"sinks", t.run.sinks},
+                  Index{"k_descale", t.run.k_descale}, Index{"v_descale", t.run.v_descale}}) {
     if (reinterpret_cast<uintptr_t>(n.value) % 4 != 0) {
       return fail(FA_STATUS_INVALID_ARGUMENT, "fa_run_args.%s = %p is not 4-byte aligned", n.name,
                   n.value);
@@ -63,6 +64,8 @@ fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTe
   params->block_table = t.run.block_table;
   params->alibi_slopes = t.run.alibi_slopes;
   params->sinks = t.run.sinks;
+  params->k_descale = t.run.k_descale;
+  params->v_descale = t.run.v_descale;
   if (schedule.num_splits > 1) {
     // [num_splits, rows, heads_q, head_dim_v] floats, then [num_splits, heads_q, rows]: the
     // first part's size is a multiple of 8 floats (head_dim_v is), so the LSEs stay 32-byte

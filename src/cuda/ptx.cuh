@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fa::cuda::ptx {
 
@@ -22,6 +23,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem, void const* gmem) {
 __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(valid ? 16 : 0));
+}
+// As cp_async_16, reading the first `bytes` (0, 8 or 16) and zero-filling the rest: an e4m3
+// tile's 16-byte chunk at the end of a head dim that is a multiple of 8 but not of 16.
+__device__ __forceinline__ void cp_async_16_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(bytes));
 }
 // Programmatic dependent launch (sm_90): allow_dependent_grids() lets a grid launched after this
 // one with the programmatic attribute start early; wait_for_prior_grids() waits until the grids
@@ -97,6 +104,37 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
     __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<uint32_t*>(&h);
   }
+}
+
+// Four e4m3 (e4m3fn) values, byte i of `w` element i, as two registers of 16-bit values (T;
+// elements 0, 1 in .x, low first), exactly. Each byte's sign, exponent and mantissa bits move
+// into T's fields unchanged, which reads the value times 2^-8 in f16 and times 2^-120 in bf16
+// (subnormals included: both formats hold e4m3's 3 mantissa bits over its whole range, and
+// neither fma below flushes them), and one fma by 2^8 or 2^120 (plus -0, which keeps every
+// value and sign) restores it: 3 integer instructions and one fma per pair, on every arch
+// (sm_89's cvt.e4m3x2 gives f16 only). e4m3's NaN bytes (0x7f, 0xff) read as +-480.
+template <typename T>
+__device__ __forceinline__ uint2 e4m3x4_to(uint32_t w) {
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  // Byte j of each pair into bits 8-15 of its half: sign at bit 15, the rest shifted down
+  // below it into place (f16: exponent at bit 10, so by 1; bf16: at bit 7, so by 4).
+  uint32_t const pair[2] = {__byte_perm(w, 0u, 0x1404), __byte_perm(w, 0u, 0x3424)};
+  uint32_t out[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    uint32_t const bits = kHalf ? (pair[i] & 0x80008000u) | ((pair[i] >> 1) & 0x3f803f80u)
+                                : (pair[i] & 0x80008000u) | ((pair[i] >> 4) & 0x07f007f0u);
+    if constexpr (kHalf) {
+      asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+          : "=r"(out[i])
+          : "r"(bits), "r"(0x5c005c00u), "r"(0x80008000u));  // 2^8, -0
+    } else {
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
+          : "=r"(out[i])
+          : "r"(bits), "r"(0x7b807b80u), "r"(0x80008000u));  // 2^120, -0
+    }
+  }
+  return make_uint2(out[0], out[1]);
 }
 
 // 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.

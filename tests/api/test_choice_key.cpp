@@ -9,7 +9,7 @@ namespace fa {
 
 TEST_CASE("the built-in choice's cache key tells apart what the choice reads") {
   Problem p{};
-  p.dtype = DType::kBF16;
+  p.dtype = p.kv_dtype = DType::kBF16;
   p.batch = 4;
   p.seqlen_q = 512;
   p.seqlen_k = 8192;
@@ -36,6 +36,9 @@ TEST_CASE("the built-in choice's cache key tells apart what the choice reads") {
   Problem longer = p;
   longer.seqlen_k = 8193;
   CHECK(builtin_key(longer) != builtin_key(p));
+  Problem e4m3 = p;  // an FP8 cache of the same shape runs on the fp8 decode tiles only
+  e4m3.kv_dtype = DType::kE4M3;
+  CHECK(builtin_key(e4m3) != builtin_key(p));
 }
 
 }  // namespace fa

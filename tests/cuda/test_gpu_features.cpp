@@ -66,15 +66,22 @@ class DeviceCopy {
 struct DeviceCase {
   explicit DeviceCase(FeatureData const& d)
       : q(d.q), k(d.k), v(d.v), o(d.o), lse(d.lse), cu_q(d.cu_q), cu_k(d.cu_k),
-        cache(d.cache_seqlens), table(d.block_table), slopes(d.slopes), sinks(d.sinks) {}
+        cache(d.cache_seqlens), table(d.block_table), slopes(d.slopes), sinks(d.sinks),
+        q_descale(d.q_descale), k_descale(d.k_descale), v_descale(d.v_descale) {}
   fa_run_args args(FeatureData const& d) const {
-    return d.args(cu_q.get(), cu_k.get(), cache.get(), table.get(), slopes.get(), sinks.get());
+    fa_run_args a =
+        d.args(cu_q.get(), cu_k.get(), cache.get(), table.get(), slopes.get(), sinks.get());
+    a.q_descale = static_cast<float const*>(q_descale.get());
+    a.k_descale = static_cast<float const*>(k_descale.get());
+    a.v_descale = static_cast<float const*>(v_descale.get());
+    return a;
   }
   void fetch(FeatureData& d) const {
     o.fetch(d.o);
     lse.fetch(d.lse);
   }
-  DeviceCopy q, k, v, o, lse, cu_q, cu_k, cache, table, slopes, sinks;
+  DeviceCopy q, k, v, o, lse, cu_q, cu_k, cache, table, slopes, sinks, q_descale, k_descale,
+      v_descale;
 };
 
 struct Gpu {
@@ -97,14 +104,21 @@ std::set<std::pair<int, int>> compiled_shapes() {
   return shapes;
 }
 
-void check_result(FeatureData const& d, std::string const& what) {
-  fa_test::FeatureErrors const e =
-      fa_test::compare_features(d, d.o.data(), d.lse.data(), fa_test::feature_reference(d));
+void check_result(FeatureData const& d, std::string const& what,
+                  fa_test::FeatureReference const& reference) {
+  fa_test::FeatureErrors const e = fa_test::compare_features(d, d.o.data(), d.lse.data(), reference);
   INFO(what << " " << fa_test::describe(d.c) << " | o max err " << e.o_max << ", lse max err "
             << e.lse_max << ", bad " << e.bad);
+  // An e4m3 cache's O is v_descale (up to 4) times a result as accurate as a 16-bit cache's.
+  double v_max = 1.0;
+  for (float x : d.v_descale) v_max = std::max(v_max, static_cast<double>(x));
   CHECK(e.bad == 0);
-  CHECK(e.o_max <= o_bound(d.c.dtype));
+  CHECK(e.written_past == 0);
+  CHECK(e.o_max <= o_bound(d.c.o_type()) * v_max);
   CHECK(e.lse_max <= kLseBound);
+}
+void check_result(FeatureData const& d, std::string const& what) {
+  check_result(d, what, fa_test::feature_reference(d));
 }
 
 // Runs `d` through a plan (pinned to `kernel` when given) with the workspace the plan asks for;
@@ -564,6 +578,247 @@ TEST_CASE("fa_forward_ex: automatic splits need a workspace, forced ones fail wi
   CHECK(std::string(fa_last_error_detail()).find("workspace") != std::string::npos);
 }
 
+// ---- e4m3 (FP8) caches with 16-bit queries ---------------------------------------------------
+
+namespace {
+
+std::string name_of(fa_kernel_config const& k) {
+  char name[160];
+  REQUIRE(fa_kernel_config_name(&k, name, sizeof name, nullptr) == FA_STATUS_SUCCESS);
+  return name;
+}
+
+// The registered kernels of d's dtype and head dim `dim` that run its e4m3 cache, but the
+// library's choice (a plan pinned to them is made; the others refuse it:
+// FA_STATUS_KERNEL_NOT_AVAILABLE); `found` counts the choice too.
+std::vector<fa_kernel_config> e4m3_kernels(Gpu const& gpu, FeatureData const& d, int dim,
+                                           int* found) {
+  fa_plan_t* chosen_plan = nullptr;
+  REQUIRE(fa_plan_create(gpu.ctx, &d.config, &chosen_plan) == FA_STATUS_SUCCESS);
+  fa_kernel_config chosen;
+  fa_kernel_config_init(&chosen);
+  REQUIRE(fa_plan_kernel(chosen_plan, &chosen) == FA_STATUS_SUCCESS);
+  fa_plan_destroy(chosen_plan);
+  std::vector<fa_kernel_config> out;
+  *found = 0;
+  for (size_t i = 0; i < fa_kernel_count(); ++i) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if (k.dtype != d.c.dtype || k.d_head != dim) continue;
+    fa_plan_t* plan = nullptr;
+    fa_status const s = fa_plan_create_with_kernel(gpu.ctx, &d.config, &k, &plan);
+    if (s == FA_STATUS_SUCCESS) {
+      ++*found;
+      if (name_of(k) != name_of(chosen)) out.push_back(k);
+      fa_plan_destroy(plan);
+    } else {
+      CHECK(s == FA_STATUS_KERNEL_NOT_AVAILABLE);
+    }
+  }
+  return out;
+}
+
+// Decode (pages 1, 3, 16, 64, 256, shuffled), speculative and chunked prefill rows, dense and
+// varlen problems, the score transforms and sinks, a value head dim and a head dim below the
+// kernel's, over GQA 1-8, splits 1, 3 and automatic, and the three descale forms.
+std::vector<FeatureCase> e4m3_cache_cases(int dtype, int64_t dim) {
+  std::vector<FeatureCase> cases;
+  int const descales[] = {-1, FA_DESCALE_PER_TENSOR, FA_DESCALE_PER_HEAD_KV};
+  int64_t const gqa[][2] = {{4, 4}, {4, 2}, {8, 2}, {8, 1}};
+  int const splits[] = {0, 1, 3};
+  int n = 0;
+  FeatureCase base;
+  base.dtype = dtype;
+  base.kv_dtype = FA_DTYPE_E4M3;
+  base.head_dim = dim;
+  // Descales and (where num_splits is -1) split counts in turn.
+  auto add = [&](FeatureCase c) {
+    c.descale = descales[n % 3];
+    if (c.num_splits < 0) c.num_splits = splits[n % 3];
+    ++n;
+    cases.push_back(c);
+  };
+  int g = 0;
+  for (int64_t page : {1, 3, 16, 64, 256}) {
+    FeatureCase c = base;  // decode against caches of 1 to 1013 rows
+    c.layout = FA_LAYOUT_PAGED_KV;
+    c.page_size = page;
+    c.heads_q = gqa[g % 4][0];
+    c.heads_kv = gqa[g % 4][1];
+    ++g;
+    c.sq = {1, 1, 1};
+    c.sk = {1, 177, 1013};
+    c.num_splits = -1;
+    add(c);
+    c.sq = {16, 16};  // speculative rows, causal (a cache's sequences share seqlen_q)
+    c.sk = {1013, 17};
+    c.causal = true;
+    add(c);
+  }
+  for (int64_t page : {0, 1, 16}) {
+    FeatureCase c = base;  // chunked prefill: 177 (or 64) new rows against 100-500 cached, causal
+    c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
+    c.page_size = page;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.sq = page == 1 ? std::vector<int64_t>{64, 64} : std::vector<int64_t>{177};
+    c.sk = page == 1 ? std::vector<int64_t>{300, 100} : std::vector<int64_t>{500};
+    c.causal = true;
+    c.num_splits = -1;
+    add(c);
+  }
+  {
+    FeatureCase c = base;  // the transforms and sinks on a contiguous cache, split three ways
+    c.layout = FA_LAYOUT_KV_CACHE;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.sq = {17, 17};
+    c.sk = {300, 40};
+    c.window = true;
+    c.left = 100;
+    c.right = 2;
+    c.softcap = 5.0f;
+    c.alibi = FA_ALIBI_PER_BATCH;
+    c.sinks = true;
+    c.num_splits = 3;
+    add(c);
+  }
+  {
+    FeatureCase c = base;  // dense causal and varlen, GQA 2
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.sq = {177};
+    c.sk = {177};
+    c.causal = true;
+    add(c);
+    c.layout = FA_LAYOUT_VARLEN;
+    c.sq = {1, 17, 0, 177};
+    c.sk = {17, 177, 3, 177};
+    add(c);
+  }
+  {
+    // A value head dim and a head dim below the kernel's, paged (a multiple of 16: an e4m3
+    // cache's rows and heads start at 16-byte boundaries).
+    FeatureCase c = base;
+    c.layout = FA_LAYOUT_PAGED_KV;
+    c.page_size = 16;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.sq = {5, 5};
+    c.sk = {500, 33};
+    c.head_dim = dim - 16;
+    add(c);
+    c.head_dim = dim;
+    c.head_dim_v = dim / 2;
+    add(c);
+  }
+  return cases;
+}
+
+// Shapes with 16-bit dtypes (the e4m3 caches' queries).
+std::vector<std::pair<int, int>> e4m3_shapes() {
+  std::vector<std::pair<int, int>> out;
+  for (auto [dtype, dim] : compiled_shapes()) {
+    if (dtype == FA_DTYPE_BF16 || dtype == FA_DTYPE_FP16) out.push_back({dtype, dim});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through O") {
+  // Query row i of a sequence is one-hot at column i against one cached key, so its LSE is
+  // softmax_scale * k_descale * k[i] and its output v_descale * V, with descales that are
+  // powers of two: the GPU's decode of each of the 254 finite e4m3 values (subnormals
+  // included, which random inputs of magnitude >= 1/64 never hold) shows exactly.
+  Gpu gpu;
+  for (auto [dtype, dim] : e4m3_shapes()) {
+    FeatureCase c;
+    c.dtype = dtype;
+    c.kv_dtype = FA_DTYPE_E4M3;
+    c.descale = FA_DESCALE_PER_TENSOR;
+    c.layout = FA_LAYOUT_KV_CACHE;
+    c.heads_q = c.heads_kv = 1;
+    c.head_dim = dim;
+    int64_t const batch = (256 + dim - 1) / dim;
+    c.sq.assign(static_cast<size_t>(batch), dim);
+    c.sk.assign(static_cast<size_t>(batch), 1);
+    c.num_splits = 1;
+    FeatureData d = fa_test::make_feature_data(c, 9);
+    auto byte_of = [&](int64_t b, int64_t i) {
+      int64_t const x = (b * dim + i) % 256;
+      return static_cast<uint8_t>(x == 0x7f || x == 0xff ? 0 : x);  // NaN bytes: not finite
+    };
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < dim; ++i) {
+        d.k[static_cast<size_t>(d.k_index(b, 0, 0) + i)] = byte_of(b, i);
+        d.v[static_cast<size_t>(d.v_index(b, 0, 0) + i)] = byte_of(b, i);
+        for (int64_t j = 0; j < dim; ++j) {
+          fa_test::store_elem(dtype, d.q.data(), d.q_index(b, i, 0) + j, i == j ? 1.0 : 0.0);
+        }
+      }
+    }
+    d.k_descale = {0.5f};
+    d.v_descale = {2.0f};
+    run_plan(gpu, d, nullptr);
+    double const scale = c.effective_scale();
+    int wrong_k = 0, wrong_v = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < dim; ++i) {
+        double const k = 0.5 * fa_test::e4m3_bits_to_double(byte_of(b, i));
+        double const lse = d.lse[static_cast<size_t>(d.lse_index(b, 0, i))];
+        if (std::fabs(lse - static_cast<float>(scale) * k) > 1e-6 * std::max(1.0, std::fabs(k))) {
+          if (wrong_k++ < 4) MESSAGE("k byte " << int(byte_of(b, i)) << ": lse " << lse);
+        }
+        for (int64_t j = 0; j < dim; ++j) {
+          double const want = 2.0 * fa_test::e4m3_bits_to_double(byte_of(b, j));
+          double const got = fa_test::load_elem(dtype, d.o.data(), d.o_index(b, i, 0) + j);
+          if (got != want && wrong_v++ < 4) {
+            MESSAGE("v byte " << int(byte_of(b, j)) << ": o " << got << ", want " << want);
+          }
+        }
+      }
+    }
+    INFO("dtype " << dtype << " d " << dim);
+    CHECK(wrong_k == 0);
+    CHECK(wrong_v == 0);
+  }
+}
+
+TEST_CASE("e4m3 caches with 16-bit queries match the float64 reference on the choice and every kernel that reads them") {
+  Gpu gpu;
+  uint64_t seed = 7000;
+  int n = 0, pinned = 0;
+  int const step = sample_step();
+  int index = 0;
+  for (auto [dtype, dim] : e4m3_shapes()) {
+    int kernels_found = 0;
+    for (FeatureCase const& c : e4m3_cache_cases(dtype, dim)) {
+      if (index++ % step != 0) continue;
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      INFO(fa_test::describe(c));
+      int found = 0;
+      std::vector<fa_kernel_config> const kernels = e4m3_kernels(gpu, d, dim, &found);
+      kernels_found = std::max(kernels_found, found);
+      fa_test::FeatureReference const reference = fa_test::feature_reference(d);
+      run_plan(gpu, d, nullptr);
+      check_result(d, "choice", reference);
+      ++n;
+      for (fa_kernel_config const& k : kernels) {
+        FeatureData e = fa_test::make_feature_data(c, seed);
+        run_plan(gpu, e, &k);
+        check_result(e, "kernel (" + std::to_string(k.d_head) + ", " + std::to_string(k.B_r) +
+                            ", " + std::to_string(k.B_c) + ")", reference);
+        ++pinned;
+      }
+    }
+    INFO("dtype " << dtype << " d " << dim);
+    CHECK(kernels_found >= 1);  // every built 16-bit shape reads e4m3 caches
+  }
+  MESSAGE(n << " e4m3-cache cases on the choice, " << pinned << " on other kernels that read them");
+}
+
 TEST_CASE("malformed index tensors on the GPU stay in bounds") {
   Gpu gpu;
   for (auto [dtype, dim] : compiled_shapes()) {
@@ -583,8 +838,12 @@ TEST_CASE("malformed index tensors on the GPU stay in bounds") {
                           static_cast<float*>(dev.lse.get()), &args, nullptr) == FA_STATUS_SUCCESS);
       CUDA_OK(cudaDeviceSynchronize());
     }
+    // 16-bit and e4m3 caches (the e4m3 tiles copy their bytes through their own loads).
+    for (int kv_dtype : {0, int{FA_DTYPE_E4M3}}) {
     FeatureCase p;
     p.dtype = dtype;
+    p.kv_dtype = kv_dtype;
+    p.descale = kv_dtype != 0 ? FA_DESCALE_PER_HEAD_KV : -1;
     p.head_dim = dim;
     p.layout = FA_LAYOUT_PAGED_KV;
     p.page_size = 16;
@@ -612,6 +871,7 @@ TEST_CASE("malformed index tensors on the GPU stay in bounds") {
       CUDA_OK(cudaDeviceSynchronize());
       cudaFree(workspace);
       fa_plan_destroy(plan);
+    }
     }
   }
 }

@@ -16,9 +16,9 @@ from . import _ffi
 
 # DLPack (dmlc/dlpack, include/dlpack/dlpack.h).
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_FLOAT, _DL_BFLOAT = 2, 4
+_DL_FLOAT, _DL_BFLOAT, _DL_FLOAT8_E4M3FN = 2, 4, 10
 _DL_CODES = {(_DL_FLOAT, 16): _ffi.FA_DTYPE_FP16, (_DL_BFLOAT, 16): _ffi.FA_DTYPE_BF16,
-             (_DL_FLOAT, 32): _ffi.FA_DTYPE_FP32}
+             (_DL_FLOAT, 32): _ffi.FA_DTYPE_FP32, (_DL_FLOAT8_E4M3FN, 8): _ffi.FA_DTYPE_E4M3}
 
 # __cuda_array_interface__ typestr: (fa_dtype, bytes per element).
 _CAI_CODES = {"<f2": (_ffi.FA_DTYPE_FP16, 2), "<f4": (_ffi.FA_DTYPE_FP32, 4)}
@@ -155,6 +155,9 @@ class _Torch:
         self.strided = torch.strided
         self.codes = {torch.float16: _ffi.FA_DTYPE_FP16, torch.bfloat16: _ffi.FA_DTYPE_BF16,
                       torch.float32: _ffi.FA_DTYPE_FP32}
+        e4m3 = getattr(torch, "float8_e4m3fn", None)  # PyTorch 2.1 and later
+        if e4m3 is not None:
+            self.codes[e4m3] = _ffi.FA_DTYPE_E4M3
         # describe_aux's kinds (getattr: a stand-in module in the tests may lack them).
         self.aux = {kind: getattr(torch, kind, None) for kind in ("int32", "float32")}
         # The current stream's raw handle: 0.2 us, where torch.cuda.current_stream(d).cuda_stream
@@ -198,7 +201,7 @@ def _from_dlpack(obj, name, stream):
     code = _DL_CODES.get((dt.code, dt.bits)) if dt.lanes == 1 else None
     if code is None:
         raise TypeError(f"{name}: DLPack dtype (code {dt.code}, bits {dt.bits}, lanes {dt.lanes}) "
-                        "is not float16, bfloat16 or float32")
+                        "is not float16, bfloat16, float32 or float8_e4m3fn")
     ndim = t.ndim
     shape = tuple(t.shape[:ndim])
     strides = tuple(t.strides[:ndim]) if t.strides else _packed_strides(shape)

@@ -30,6 +30,19 @@ def _rand(rng, shape, dtype, spread=1.0):
     return (rng.standard_normal(shape) * spread).astype(dtype)
 
 
+def _paged(rng, k_dense, v_dense, page_size):
+    """The (batch, capacity, heads, d) caches in shuffled pages: (k_pages, v_pages, table)."""
+    batch, capacity, hkv, d = k_dense.shape
+    per_seq = capacity // page_size
+    table = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
+    k_pages = np.zeros((batch * per_seq, page_size, hkv, d), k_dense.dtype)
+    v_pages = np.zeros((batch * per_seq, page_size, hkv, d), v_dense.dtype)
+    for bi in range(batch):
+        k_pages[table[bi]] = k_dense[bi].reshape(per_seq, page_size, hkv, d)
+        v_pages[table[bi]] = v_dense[bi].reshape(per_seq, page_size, hkv, d)
+    return k_pages, v_pages, table
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("out_dtype", [BF16, np.float16])
@@ -72,13 +85,7 @@ def test_half_queries_against_an_e4m3_cache(page_size, q_dtype):
     if page_size is None:
         o = flashattn.forward_kvcache(q, k_dense, v_dense, **kwargs)
     else:
-        per_seq = capacity // page_size
-        table = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
-        k_pages = np.zeros((batch * per_seq, page_size, hkv, d), E4M3)
-        v_pages = np.zeros((batch * per_seq, page_size, hkv, d), E4M3)
-        for bi in range(batch):
-            k_pages[table[bi]] = k_dense[bi].reshape(per_seq, page_size, hkv, d)
-            v_pages[table[bi]] = v_dense[bi].reshape(per_seq, page_size, hkv, d)
+        k_pages, v_pages, table = _paged(rng, k_dense, v_dense, page_size)
         o = flashattn.forward_kvcache(q, k_pages, v_pages, block_table=table, **kwargs)
     assert o.dtype == np.dtype(q_dtype)
     k64, v64 = _dequantised(k_dense, kd), _dequantised(v_dense, vd)
@@ -141,3 +148,45 @@ def test_refusals_name_what_is_wrong():
     # A descale for a tensor that is not e4m3: the library's refusal, naming the field.
     with pytest.raises(flashattn.InvalidArgumentError, match="q_descale"):
         flashattn.forward(qb, k8, v8, q_descale=one)
+
+
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_an_e4m3_cache_on_torch_cuda_matches_the_cpu(page_size):
+    # torch.float8_e4m3fn CUDA tensors (read through their attributes, as bf16 ones) with bf16
+    # queries: the GPU's result against the CPU backend's on the same bytes, decode and
+    # speculative rows, per-(sequence, K/V head) descales on the GPU too.
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("needs a CUDA device and torch.float8_e4m3fn")
+    rng = np.random.default_rng(31)
+    batch, sq, hq, hkv, d, capacity = 3, 4, 8, 2, 128, 256
+    lens = np.array([256, 17, 1], np.int32)
+    q = _rand(rng, (batch, sq, hq, d), BF16)
+    k_dense = _rand(rng, (batch, capacity, hkv, d), E4M3, 2.0)
+    v_dense = _rand(rng, (batch, capacity, hkv, d), E4M3, 2.0)
+    kd = rng.uniform(0.25, 2, (batch, hkv)).astype(np.float32)
+    vd = rng.uniform(0.25, 2, (batch, hkv)).astype(np.float32)
+    kwargs = dict(cache_seqlens=lens, causal=True, k_descale=kd, v_descale=vd, return_lse=True)
+    if page_size is None:
+        k_cache, v_cache, table = k_dense, v_dense, None
+    else:
+        k_cache, v_cache, table = _paged(rng, k_dense, v_dense, page_size)
+        kwargs["block_table"] = table
+    expected, expected_lse = flashattn.forward_kvcache(q, k_cache, v_cache, **kwargs)
+
+    def cuda(x):
+        if x.dtype == E4M3:  # the same bytes, as torch's e4m3fn
+            return torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn).cuda()
+        if x.dtype == BF16:
+            return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).cuda()
+        return torch.from_numpy(x).cuda()
+
+    gpu_kwargs = {key: cuda(x) if isinstance(x, np.ndarray) else x for key, x in kwargs.items()}
+    o, lse = flashattn.forward_kvcache(cuda(q), cuda(k_cache), cuda(v_cache), **gpu_kwargs)
+    torch.cuda.synchronize()
+    assert o.dtype == torch.bfloat16 and tuple(o.shape) == (batch, sq, hq, d)
+    got = o.float().cpu().numpy()
+    # Both round O to bf16 (2^-9 relative); the GPU also rounds P to bf16 before P V.
+    scale = np.abs(expected.astype(np.float64)).max()
+    np.testing.assert_allclose(got, expected.astype(np.float64), atol=2e-2 * scale)
+    np.testing.assert_allclose(lse.cpu().numpy(), expected_lse, atol=2e-3)

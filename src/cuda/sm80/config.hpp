@@ -18,6 +18,11 @@ inline constexpr int32_t kId = FA_FAMILY_MMA_SYNC;
 constexpr int64_t smem_bytes(KernelConfig const& c) {
   return (int64_t(c.B_r) + 2 * int64_t(c.B_c)) * c.d_head * dtype_size(c.dtype);
 }
+// With an e4m3 cache, the K and V tiles' bytes are staged after them: per row, 8 threads' slots
+// of 16 bytes for each 128 columns begun (smem_tile.cuh's E4M3Tile).
+constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
+  return smem_bytes(c) + 2 * int64_t(c.B_c) * 128 * ((c.d_head + 127) / 128);
+}
 
 namespace rules {
 
@@ -64,6 +69,18 @@ constexpr bool QK_tiles_match(KernelConfig const& c) {
   return c.Q_mma_load_K_tiles == c.K_mma_load_K_tiles || c.Q_mma_load_K_tiles == 0;
 }
 constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
+
+// The tiles that also read e4m3 (FP8) K/V caches: one decode tile per head dim of the default
+// set (B_r 64, 4 warps, cp.async; B_c 128 where the head dim has one, as decode_rank prefers,
+// else B_c 64 with whole-block register loads), which also takes chunked prefill on such a
+// cache. A third instantiation costs about 18 s of compile time per kernel (sm_80 + sm_90a,
+// one core: fa_fwd_sm80_bf16_hd128_0.cu 44.8 -> 63.1 s with one), so not every kernel gets one.
+constexpr bool fp8_kv_tile(KernelConfig const& c) {
+  bool const whole_block_loads =
+      c.Q_mma_load_K_tiles == 0 && c.K_mma_load_K_tiles == 0 && c.V_mma_load_K_tiles == 0;
+  return c.B_r == 64 && c.n_warps == 4 && c.async_copy &&
+         (c.B_c == 128 || (c.d_head >= 192 && whole_block_loads));
+}
 
 // The family's knobs at their defaults, as in a config of another family: all 0, so one config
 // names one kernel there.

@@ -1,5 +1,6 @@
 // The mma.sync family's rules (sm_80 and newer): GQA packing for decode, the decode kernel, and
-// split-KV. Its kernels run every feature of the library but a head_dim_v other than head_dim.
+// split-KV. Its kernels run every feature of the library with 16-bit queries; its decode tiles
+// also read e4m3 (FP8) K/V caches.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -7,6 +8,7 @@
 
 #include "cuda/device.hpp"
 #include "cuda/family.hpp"
+#include "cuda/sm80/config.hpp"
 #include "cuda/sm80/family.hpp"
 
 namespace fa::cuda::sm80 {
@@ -20,9 +22,33 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
 }
 
 // A head dim below the kernel's runs with the 16-byte chunks past it zero-filled on load and
-// never stored (smem_tile.cuh, epilogue.cuh), hence multiples of 8.
+// never stored (smem_tile.cuh, epilogue.cuh), hence multiples of 8. An e4m3 cache with 16-bit
+// queries runs on the fp8_kv_tile kernels (their third instantiation); e4m3 queries on none.
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
-  if (std::string why = fp8_inputs(p, "mma.sync"); !why.empty()) return why;
+  if (p.dtype == DType::kE4M3) {
+    return "fa_config.dtype = 4 (FA_DTYPE_E4M3): the mma.sync family reads 16-bit queries (e4m3 "
+           "queries run on CPU contexts)";
+  }
+  if (p.kv_dtype == DType::kE4M3) {
+    if (!rules::fp8_kv_tile(k)) {
+      return "fa_config.kv_dtype = 4 (FA_DTYPE_E4M3): the mma.sync family reads e4m3 caches with "
+             "its 64-row, 4-warp tiles only";
+    }
+    // 16-byte copies of e4m3 rows (smem_tile.cuh) need their starts 16-byte aligned.
+    struct Stride {
+      char const* name;
+      int64_t value;
+    };
+    for (Stride s : {Stride{"k_batch_stride", p.k.batch}, Stride{"k_seq_stride", p.k.seq},
+                     Stride{"k_head_stride", p.k.head}, Stride{"v_batch_stride", p.v.batch},
+                     Stride{"v_seq_stride", p.v.seq}, Stride{"v_head_stride", p.v.head}}) {
+      if (s.value % 16 != 0) {
+        return "fa_config." + std::string(s.name) + " = " + std::to_string(s.value) +
+               " is not a multiple of 16 elements, which the GPU kernels need of an e4m3 cache "
+               "(16-byte rows)";
+      }
+    }
+  }
   if (std::string why = head_dim_below(k, p, "mma.sync"); !why.empty()) return why;
   return value_dim_differs(p, "mma.sync");
 }

@@ -30,16 +30,25 @@ namespace fa::cuda::sm80 {
 // contiguous-cache layouts with causal and window masks only, and its key loop has no register to
 // spare: the features' state alone cost
 // 250-500 bytes of spills per thread at (128, 128, 64) when both shared one instantiation.
-template <KernelConfig C, bool kGeneral>
+// kE4M3Kv (a general instantiation, fp8_kv_tile configs only) reads an e4m3 K/V cache: each
+// tile's bytes are staged in shared memory and converted to T by the threads that copied them
+// (smem_tile.cuh), the scores scaled by k_descale and O by v_descale.
+template <KernelConfig C, bool kGeneral, bool kE4M3Kv>
 __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   using Tr = Traits<C>;
   using T = typename Tr::T;
+  // K and V elements as stored.
+  using KvElem = std::conditional_t<kE4M3Kv, uint8_t, T>;
   constexpr int kMT = Tr::kMTiles;
+  static_assert(!kE4M3Kv || (kGeneral && rules::fp8_kv_tile(C)), "e4m3 caches: general, 64-row tiles");
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // (B_r, d_head), later O
   T* sK = sQ + C.B_r * C.d_head;           // (B_c, d_head)
   T* sV = sK + C.B_c * C.d_head;           // (B_c, d_head)
+  // e4m3 staging of K and V after V (e4m3_smem_bytes).
+  uint32_t const stage_k = ptx::smem_addr(sV + C.B_c * C.d_head);
+  uint32_t const stage_v = stage_k + C.B_c * 128 * ((C.d_head + 127) / 128);
 
   int const tid = threadIdx.x;
   int const warp = tid / 32;
@@ -85,10 +94,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // K and V rows: a fixed stride, or for a paged cache the row's page from the block table
   // (the page index clamped into [0, num_pages)).
   bool const paged = kGeneral && layout == kLayoutPagedKv;
-  T const* const k_base = static_cast<T const*>(p.k) + int64_t(kv_head) * p.k_head_stride +
-                          (paged ? 0 : batch * p.k_batch_stride + seq.k_first * p.k_seq_stride);
-  T const* const v_base = static_cast<T const*>(p.v) + int64_t(kv_head) * p.v_head_stride +
-                          (paged ? 0 : batch * p.v_batch_stride + seq.k_first * p.v_seq_stride);
+  KvElem const* const k_base = static_cast<KvElem const*>(p.k) + int64_t(kv_head) * p.k_head_stride +
+                               (paged ? 0 : batch * p.k_batch_stride + seq.k_first * p.k_seq_stride);
+  KvElem const* const v_base = static_cast<KvElem const*>(p.v) + int64_t(kv_head) * p.v_head_stride +
+                               (paged ? 0 : batch * p.v_batch_stride + seq.k_first * p.v_seq_stride);
   int32_t const* const pages = p.block_table + batch * p.max_pages_per_seq;
   // A paged block's rows: this thread's page and row in it for each copy pass. They are looked
   // up once per block for both K and V, and one block ahead (right after V's copies of the block
@@ -106,7 +115,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       row_in_page[i] = safe % p.page_size;
     });
   };
-  auto kv_row_ptr = [&](T const* base, int64_t batch_stride, int64_t seq_stride, auto i, int key) {
+  auto kv_row_ptr = [&](KvElem const* base, int64_t batch_stride, int64_t seq_stride, auto i, int key) {
     if constexpr (kGeneral) {
       if (paged) {
         return base + int64_t(page_of[i]) * batch_stride + int64_t(row_in_page[i]) * seq_stride;
@@ -137,14 +146,22 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   auto kv_rows = [&](int block) { return seq.sk - block * C.B_c; };
   auto load_k = [&](int block) {
     int const key0 = block * C.B_c;
-    load_block<C, C.B_c>(sK, [&](auto i, int r) { return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r); },
-                         static_cast<T const*>(p.k), tid, kv_rows(block), head_dim);
+    auto const row_ptr = [&](auto i, int r) { return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r); };
+    if constexpr (kE4M3Kv) {
+      load_block_e4m3<C, C.B_c>(stage_k, row_ptr, static_cast<uint8_t const*>(p.k), tid, kv_rows(block), head_dim);
+    } else {
+      load_block<C, C.B_c>(sK, row_ptr, static_cast<T const*>(p.k), tid, kv_rows(block), head_dim);
+    }
     commit_loads<C>();
   };
   auto load_v = [&](int block) {
     int const key0 = block * C.B_c;
-    load_block<C, C.B_c>(sV, [&](auto i, int r) { return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r); },
-                         static_cast<T const*>(p.v), tid, kv_rows(block), head_dim_v);
+    auto const row_ptr = [&](auto i, int r) { return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r); };
+    if constexpr (kE4M3Kv) {
+      load_block_e4m3<C, C.B_c>(stage_v, row_ptr, static_cast<uint8_t const*>(p.v), tid, kv_rows(block), head_dim_v);
+    } else {
+      load_block<C, C.B_c>(sV, row_ptr, static_cast<T const*>(p.v), tid, kv_rows(block), head_dim_v);
+    }
     commit_loads<C>();
     if (paged && block + 1 < block_end) look_up_pages(block + 1);
   };
@@ -170,9 +187,22 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
   int const n_visit = block_end - block_begin;
   if (paged && n_visit > 0) look_up_pages(block_begin);
+  // An e4m3 cache's descales: one per tensor, or per (sequence, K/V head) (the tile's rows share
+  // one K/V head, packed or not); none given reads 1.
+  float k_descale = 1.f, v_descale = 1.f;
+  if constexpr (kE4M3Kv) {
+    int64_t const at = p.descale_per_head ? batch * (p.heads_q / p.q_heads_per_kv) + kv_head : 0;
+    if (p.k_descale != nullptr) k_descale = p.k_descale[at];
+    if (p.v_descale != nullptr) v_descale = p.v_descale[at];
+  }
   load_block<C, C.B_r>(sQ, q_row_ptr, static_cast<T const*>(p.q), tid, q_rows, head_dim);
   commit_loads<C>();
-  if constexpr (C.eager_load_blocks) {
+  if constexpr (kE4M3Kv) {
+    if (n_visit > 0) {
+      load_k(block_begin);
+      load_v(block_begin);
+    }
+  } else if constexpr (C.eager_load_blocks) {
     if (n_visit > 0) load_k(block_begin);
   }
 
@@ -187,7 +217,9 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   LdsmAddress<C.B_c, C.swizzled> const k_addr(ptx::smem_addr(sK), k_ld_row, k_ld_col);
   LdsmAddress<C.B_c, C.swizzled> const v_addr(ptx::smem_addr(sV), v_ld_row, v_ld_col);
   if constexpr (Tr::kQResident) {
-    if (C.eager_load_blocks && n_visit > 0) {
+    if (kE4M3Kv && n_visit > 0) {
+      wait_loads<C, 2>();  // Q landed; K[0] and V[0] may still be in flight
+    } else if (C.eager_load_blocks && n_visit > 0) {
       wait_loads<C, 1>();  // Q landed; K[0] may still be in flight
     } else {
       wait_loads<C, 0>();
@@ -212,11 +244,25 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
   auto process_block = [&](int block, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
-    if constexpr (!C.eager_load_blocks) load_k(block);
-    // K[block] visible to all warps; every warp is past its P V on the previous V tile.
-    wait_loads<C, 0>();
-    __syncthreads();
-    if constexpr (C.eager_load_blocks) load_v(block);  // V[block] streams in under Q K^T
+    if constexpr (kE4M3Kv) {
+      // An e4m3 cache's staging is a second buffer: each stage is refilled with the next
+      // block's bytes as soon as its tile is converted, so K[block + 1] and V[block + 1] load
+      // during this whole block (issued K, V, K, V, ...: V[block] may still be in flight here).
+      // Converted in line, the 16-bit path's order (V issued after K's wait, K[block + 1] after
+      // Q K^T) put each conversion between a wait and the next copy: 1.33-1.47x the bf16
+      // cache's step time on the H200 (d 128, 32/8 heads, batch 1-64 x 8k-128k).
+      wait_loads<C, 1>();
+      convert_tile_e4m3<C, C.B_c>(sK, stage_k, tid);
+      // K[block] visible to all warps; every warp is past its P V on the previous V tile.
+      __syncthreads();
+      if (block + 1 < block_end) load_k(block + 1);
+    } else {
+      if constexpr (!C.eager_load_blocks) load_k(block);
+      // K[block] visible to all warps; every warp is past its P V on the previous V tile.
+      wait_loads<C, 0>();
+      __syncthreads();
+      if constexpr (C.eager_load_blocks) load_v(block);  // V[block] streams in under Q K^T
+    }
 
     // S = Q K^T                                                             // (rows/warp, B_c)
     float s[kMT][Tr::kKeyTiles][4] = {};
@@ -241,10 +287,28 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
               });
             });
           });
+      if constexpr (kE4M3Kv) {
+        // The header's scores q . k * k_descale, before any scale, softcap or mask.
+        static_for<kMT>([&](auto mt) {
+          static_for<Tr::kKeyTiles>([&](auto n) {
+            static_for<4>([&](auto e) { s[mt][n][decltype(e)::value] *= k_descale; });
+          });
+        });
+      }
     }
 
-    if constexpr (!C.eager_load_blocks) load_v(block);
-    if constexpr (C.eager_load_blocks && kGeneral) {
+    if constexpr (kE4M3Kv) {
+      // V[block] landed (K[block + 1], when issued, may still be in flight); every warp is
+      // done reading K[block] once past the barrier.
+      if (block + 1 < block_end) {
+        wait_loads<C, 1>();
+      } else {
+        wait_loads<C, 0>();
+      }
+      convert_tile_e4m3<C, C.B_c>(sV, stage_v, tid);
+      __syncthreads();
+      if (block + 1 < block_end) load_v(block + 1);
+    } else if constexpr (C.eager_load_blocks && kGeneral) {
       // K[block + 1] is issued as soon as every warp is done reading K[block], before waiting
       // for V[block], so two tiles are in flight at once. Decode blocks compute little (one warp
       // of four has rows) and so wait mostly on memory: with one tile in flight at a time, a
@@ -258,6 +322,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       }
       __syncthreads();
     } else {
+      if constexpr (!C.eager_load_blocks) load_v(block);
       // V[block] visible; every warp is done reading K[block].
       wait_loads<C, 0>();
       __syncthreads();
@@ -334,14 +399,22 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     __syncthreads();
   }
 
+  if constexpr (kE4M3Kv) {
+    // O = v_descale * (P V); the LSE does not depend on V.
+    static_for<kMT>([&](auto mt) {
+      static_for<Tr::kDTiles>([&](auto dn) {
+        static_for<4>([&](auto e) { o_acc[mt][dn][decltype(e)::value] *= v_descale; });
+      });
+    });
+  }
   store_tile<C, kGeneral>(p, TileRows{seq, batch, split, num_splits, layout, q_rows}, query_of,
                          head_of, row_max, row_sum, o_acc, sQ);
 }
 
-template <class Tag, bool kGeneral>
+template <class Tag, bool kGeneral, bool kE4M3Kv = false>
 __global__ void __launch_bounds__(Traits<Tag::kConfig>::kThreads)
     forward_kernel(__grid_constant__ ForwardParams const p) {
-  forward_block<Tag::kConfig, kGeneral>(p);
+  forward_block<Tag::kConfig, kGeneral, kE4M3Kv>(p);
 }
 
 }  // namespace fa::cuda::sm80

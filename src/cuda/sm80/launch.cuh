@@ -18,6 +18,11 @@ cudaError_t prepare_kernel() {
       }
     }
   }
+  if constexpr (rules::fp8_kv_tile(C) && Traits<C>::kE4M3SmemBytes > 48 * 1024) {
+    return cudaFuncSetAttribute(forward_kernel<ConfigTag<C>, true, true>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Traits<C>::kE4M3SmemBytes);
+  }
   return cudaSuccess;
 }
 
@@ -40,6 +45,14 @@ cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, 
   config.blockDim = dim3(Traits<C>::kThreads);
   config.dynamicSmemBytes = Traits<C>::kSmemBytes;
   config.stream = stream;
+  if (params.kv_e4m3) {
+    // The family's cannot_run admits e4m3 caches on fp8_kv_tile kernels only.
+    if constexpr (rules::fp8_kv_tile(C)) {
+      config.dynamicSmemBytes = Traits<C>::kE4M3SmemBytes;
+      return cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true, true>, params);
+    }
+    return cudaErrorInvalidDeviceFunction;
+  }
   return general ? cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true>, params)
                  : cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, false>, params);
 }

@@ -110,6 +110,90 @@ __device__ __forceinline__ void load_block(typename Traits<C>::T* smem, RowPtr c
   }
 }
 
+// An e4m3 K or V tile (an FP8 cache) in two steps, so the 16-bit tile and its ldmatrix reads
+// stay as they are. load_tile_e4m3 copies the bytes with 16-byte cp.async into `staging`
+// (e4m3_staging_bytes: one 16-byte slot per thread, pass and chunk slot, consecutive threads in
+// consecutive slots); after the thread's own wait_loads, convert_tile_e4m3 turns its slots into
+// the 16-bit tile's chunks (same rows as load_tile's, same swizzle), so no barrier more than
+// the 16-bit path's is needed: a thread converts only what it copied. A row's d_head bytes are
+// d_head / 16 chunks; its 8 threads take chunks tid % 8, tid % 8 + 8, ... (d 64: 4 of them
+// idle; d 192: 4 take two). 8-byte copies of the 16-bit path's chunks instead moved the cache
+// at 1.6 TB/s on the H200 (d 128 decode; 4.5 TB/s in bf16 with 16-byte ones): the copies in
+// flight, not their bytes, bound a decode block. The rows need 16-byte alignment (strides in
+// whole 16-element units, cannot_run); chunks past head_dim read 8 bytes or none and are
+// zero-filled, as are rows past `rows`.
+template <KernelConfig C>
+struct E4M3Tile {
+  static constexpr int kChunks = C.d_head / 16;       // 16-byte e4m3 chunks per row
+  static constexpr int kSlots = (kChunks + 7) / 8;    // chunks per thread and row, at most
+};
+
+template <KernelConfig C, int kRows, bool kBounded, class RowPtr>
+__device__ __forceinline__ void load_tile_e4m3(uint32_t staging, RowPtr const& row_ptr,
+                                               uint8_t const* any_valid, int tid, int rows,
+                                               int head_dim) {
+  using Tr = Traits<C>;
+  using E = E4M3Tile<C>;
+  static_assert(C.async_copy, "e4m3 tiles are staged with cp.async");
+  constexpr int kPasses = kRows / Tr::kCopyRows;
+  int const row0 = tid / 8;
+  static_for<kPasses>([&](auto i) {
+    constexpr int kI = decltype(i)::value;
+    bool const in_rows = !kBounded || row0 + kI * Tr::kCopyRows < rows;
+    uint8_t const* const src = in_rows ? row_ptr(i, row0 + kI * Tr::kCopyRows) : any_valid;
+    static_for<E::kSlots>([&](auto m) {
+      int const col = 16 * (tid % 8 + 8 * decltype(m)::value);
+      if (col < C.d_head) {
+        int const bytes = in_rows ? max(0, min(16, head_dim - col)) : 0;
+        ptx::cp_async_16_bytes(staging + 16 * ((kI * E::kSlots + decltype(m)::value) * Tr::kThreads + tid),
+                               bytes > 0 ? src + col : any_valid, bytes);
+      }
+    });
+  });
+}
+
+template <KernelConfig C, int kRows>
+__device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, uint32_t staging,
+                                                  int tid) {
+  using Tr = Traits<C>;
+  using E = E4M3Tile<C>;
+  constexpr int kPasses = kRows / Tr::kCopyRows;
+  uint32_t const tile = ptx::smem_addr(smem);
+  int const row0 = tid / 8;
+  static_for<E::kSlots>([&](auto m) {
+    int const col = 16 * (tid % 8 + 8 * decltype(m)::value);
+    if (col < C.d_head) {
+      // The two 16-bit chunks of this e4m3 chunk; a pass moves the row by kCopyRows (a
+      // multiple of 8), which keeps the swizzle, so each is a base plus a constant.
+      uint32_t const lo = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col);
+      uint32_t const hi = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col + 8);
+      static_for<kPasses>([&](auto i) {
+        constexpr int kI = decltype(i)::value;
+        uint4 const bytes =
+            ptx::ld_shared_16(staging + 16 * ((kI * E::kSlots + decltype(m)::value) * Tr::kThreads + tid));
+        uint2 const a = ptx::e4m3x4_to<typename Tr::T>(bytes.x);
+        uint2 const b = ptx::e4m3x4_to<typename Tr::T>(bytes.y);
+        uint2 const c = ptx::e4m3x4_to<typename Tr::T>(bytes.z);
+        uint2 const d = ptx::e4m3x4_to<typename Tr::T>(bytes.w);
+        constexpr uint32_t kStep = 2 * kI * Tr::kCopyRows * 64;
+        ptx::st_shared_16(lo + kStep, make_uint4(a.x, a.y, b.x, b.y));
+        ptx::st_shared_16(hi + kStep, make_uint4(c.x, c.y, d.x, d.y));
+      });
+    }
+  });
+}
+
+template <KernelConfig C, int kRows, class RowPtr>
+__device__ __forceinline__ void load_block_e4m3(uint32_t staging, RowPtr const& row_ptr,
+                                                uint8_t const* any_valid, int tid, int rows,
+                                                int head_dim) {
+  if (rows >= kRows) {
+    load_tile_e4m3<C, kRows, false>(staging, row_ptr, any_valid, tid, rows, head_dim);
+  } else {
+    load_tile_e4m3<C, kRows, true>(staging, row_ptr, any_valid, tid, rows, head_dim);
+  }
+}
+
 template <KernelConfig C>
 __device__ __forceinline__ void commit_loads() {
   if constexpr (C.async_copy) ptx::cp_async_commit();

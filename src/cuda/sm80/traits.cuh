@@ -58,6 +58,7 @@ struct Traits {
   static constexpr bool kQResident = C.Q_mma_load_K_tiles == 0;
 
   static constexpr int kSmemBytes = smem_bytes(C);
+  static constexpr int kE4M3SmemBytes = e4m3_smem_bytes(C);  // with an e4m3 cache
 };
 
 // nvcc's host-stub generator cannot spell a class-type non-type template argument of a __global__

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/family_cases.hpp"
+#include "cuda/sm80/config.hpp"
 #include "cuda/sm80/family.hpp"
 
 namespace fa::cuda {
@@ -95,18 +96,43 @@ TEST_SUITE("family") {
     }
   }
 
-  TEST_CASE("mma.sync: FP8 inputs are refused, naming the dtypes") {
+  TEST_CASE("mma.sync: e4m3 caches run on the fp8 decode tiles only; e4m3 queries nowhere") {
     KernelFamily const& f = sm80::kFamily;
-    KernelConfig const k = test::mma_sync_kernel(64, 128, 4);
+    KernelConfig const decode = test::mma_sync_kernel(64, 128, 4);  // B_c 128: an fp8 tile
+    KernelConfig const prefill = test::mma_sync_kernel(128, 64, 4);
+    REQUIRE(sm80::rules::fp8_kv_tile(decode));
+    REQUIRE_FALSE(sm80::rules::fp8_kv_tile(prefill));
     Problem p = test::dense_problem(1, 100, 100, 8, 8);
     p.kv_dtype = DType::kE4M3;  // bf16 queries against an e4m3 cache
-    std::string const why = f.cannot_run(k, p);
-    CHECK(why.find("dtype = 2, kv_dtype = 4") != std::string::npos);
-    CHECK(why.find("mma.sync") != std::string::npos);
+    CHECK(f.cannot_run(decode, p).empty());
+    std::string const why = f.cannot_run(prefill, p);
+    CHECK(why.find("kv_dtype = 4") != std::string::npos);
+    CHECK(why.find("64-row, 4-warp tiles") != std::string::npos);
+    Problem odd = test::dense_problem(1, 100, 100, 3, 3, 72);  // rows of 3 x 72 bytes
+    odd.kv_dtype = DType::kE4M3;
+    std::string const unaligned = f.cannot_run(decode, odd);
+    CHECK(unaligned.find("k_seq_stride = 216") != std::string::npos);
+    CHECK(unaligned.find("multiple of 16") != std::string::npos);
+    odd.kv_dtype = DType::kBF16;
+    CHECK(f.cannot_run(decode, odd).empty());
     p.dtype = DType::kE4M3;
-    CHECK(f.cannot_run(k, p).find("dtype = 4, kv_dtype = 4") != std::string::npos);
+    CHECK(f.cannot_run(decode, p).find("dtype = 4 (FA_DTYPE_E4M3)") != std::string::npos);
     p.dtype = p.kv_dtype = DType::kBF16;
-    CHECK(f.cannot_run(k, p).empty());
+    CHECK(f.cannot_run(prefill, p).empty());
+  }
+
+  TEST_CASE("mma.sync: one fp8 decode tile per head dim: B_c 128, else whole-block loads at 192+") {
+    using sm80::rules::fp8_kv_tile;
+    CHECK(fp8_kv_tile(test::mma_sync_kernel(64, 128, 4, 64)));
+    CHECK_FALSE(fp8_kv_tile(test::mma_sync_kernel(64, 64, 4, 64)));
+    CHECK_FALSE(fp8_kv_tile(test::mma_sync_kernel(64, 128, 8)));
+    CHECK(fp8_kv_tile(test::mma_sync_kernel(64, 64, 4, 256)));
+    KernelConfig streamed = test::mma_sync_kernel(64, 64, 4, 256);
+    streamed.K_mma_load_K_tiles = 2;
+    CHECK_FALSE(fp8_kv_tile(streamed));
+    KernelConfig sync_copy = test::mma_sync_kernel(64, 128, 4);
+    sync_copy.async_copy = false;
+    CHECK_FALSE(fp8_kv_tile(sync_copy));
   }
 }
 
