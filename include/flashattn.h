@@ -176,10 +176,11 @@ typedef enum fa_dtype {
    *  CPU contexts run it. GPU contexts run e4m3 K/V caches with 16-bit queries (kv_dtype
    *  FA_DTYPE_E4M3, dtype FA_DTYPE_FP16 or FA_DTYPE_BF16) on the mma.sync family's decode
    *  tiles (one kernel per head dim), every layout, mask, bias and split count, when k's and
-   *  v's strides are multiples of 16 elements (16-byte rows); other kernels and strides refuse
-   *  it (pinned: FA_STATUS_KERNEL_NOT_AVAILABLE, else FA_STATUS_UNSUPPORTED, naming the
-   *  stride). e4m3 queries on a GPU: not yet (FA_STATUS_UNSUPPORTED, the message naming the
-   *  dtype). Not a fa_merge_config or fa_kernel_config dtype. Since 0.3.0. */
+   *  v's strides are multiples of 16 elements (16-byte rows) and the tile's shared memory fits
+   *  the device (d 128-256: 104-128 KiB, above sm_86/89/120's 99 KiB); otherwise
+   *  FA_STATUS_UNSUPPORTED (a plan pinned to a kernel: FA_STATUS_KERNEL_NOT_AVAILABLE naming
+   *  the stride or the memory). e4m3 queries on a GPU: not yet (FA_STATUS_UNSUPPORTED, the
+   *  message naming the dtype). Not a fa_merge_config or fa_kernel_config dtype. Since 0.3.0. */
   FA_DTYPE_E4M3 = 4
 } fa_dtype;
 

@@ -33,7 +33,7 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
     std::lock_guard lock(ctx->mutex);
     if (auto const* hit = ctx->choices.find(key)) cached = *hit;
   }
-  if (cached != nullptr && cuda::cannot_run(cached->config, p).empty()) {
+  if (cached != nullptr && cuda::cannot_run(ctx->gpu, cached->config, p).empty()) {
     *out = cached;
     return FA_STATUS_SUCCESS;
   }
@@ -59,7 +59,7 @@ fa_status choose_cached(fa_context_s* ctx, Problem const& p, cuda::KernelEntry c
   if (!p.fp8()) {
     std::lock_guard lock(ctx->mutex);
     if (auto it = ctx->tuned.find(choice_key(p));
-        it != ctx->tuned.end() && cuda::cannot_run(it->second->config, p).empty()) {
+        it != ctx->tuned.end() && cuda::cannot_run(ctx->gpu, it->second->config, p).empty()) {
       *out = it->second;
       return FA_STATUS_SUCCESS;
     }
@@ -94,7 +94,7 @@ fa_status find_pinned(fa_context_s const* ctx, KernelConfig const& pinned, Probl
                 compiled ? "compiled, but not runnable on this device"
                          : "not compiled into this build");
   }
-  if (std::string why = fa::cuda::cannot_run(pinned, p); !why.empty()) {
+  if (std::string why = fa::cuda::cannot_run(ctx->gpu, pinned, p); !why.empty()) {
     return fail(FA_STATUS_KERNEL_NOT_AVAILABLE, "%s", why.c_str());
   }
   *out = *it;

@@ -180,7 +180,8 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, fa_config const* config, void co
       if (fa::find_pinned(ctx, k, p, &e) == FA_STATUS_SUCCESS) add(e);
     });
     for (KernelEntry const* e : ctx->gpu.kernels) {
-      if (fa::cuda::cannot_run(e->config, p).empty() && fa::autotune_filter(e->config).empty()) {
+      if (fa::cuda::cannot_run(ctx->gpu, e->config, p).empty() &&
+          fa::autotune_filter(e->config).empty()) {
         add(e);
       }
     }

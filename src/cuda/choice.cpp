@@ -30,7 +30,7 @@ KernelEntry const* better_for_pages(Device const& device, KernelEntry const& pic
   for (KernelConfig const& row : table_picks_nearest(arch, p)) {
     if (row.family != pick.config.family || family.paged_rank(row, p) <= rank) continue;
     for (KernelEntry const* e : device.kernels) {
-      if (e->config == row && cannot_run(e->config, p).empty()) return e;
+      if (e->config == row && cannot_run(device, e->config, p).empty()) return e;
     }
   }
   return &pick;
@@ -60,6 +60,18 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
   return {};
 }
 
+std::string cannot_run(Device const& device, KernelConfig const& k, Problem const& p) {
+  if (std::string why = cannot_run(k, p); !why.empty()) return why;
+  int64_t const smem = family_of(k).smem_bytes(k, p);
+  if (smem > device.smem_per_block_optin) {
+    return short_name(k) + ": needs " + std::to_string(smem) + " bytes of shared memory for this "
+           "problem (kv_dtype " + std::to_string(int(p.kv_dtype)) + "); device " +
+           std::to_string(device.ordinal) + " allows " +
+           std::to_string(device.smem_per_block_optin);
+  }
+  return {};
+}
+
 fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry const** out) {
   // A decode kernel for decode-like problems, the family ranking its kernels. Otherwise the
   // measured table's kernel when this build has it; else (a build that left both the pick and
@@ -72,7 +84,7 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
     // Of equal rank, the smallest head dim that runs the problem (a larger one reads zeros).
     bool const better = rank > best_rank ||
                         (rank > 0 && rank == best_rank && e->config.d_head < best->config.d_head);
-    if (better && cannot_run(e->config, p).empty()) {
+    if (better && cannot_run(device, e->config, p).empty()) {
       best = e;
       best_rank = rank;
     }
@@ -88,7 +100,7 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
     std::optional<KernelConfig> const table = table_choice(arch, p, table_fallback);
     if (!table) continue;
     for (KernelEntry const* e : device.kernels) {
-      if (e->config == *table && cannot_run(e->config, p).empty()) {
+      if (e->config == *table && cannot_run(device, e->config, p).empty()) {
         *out = better_for_pages(device, *e, p);
         return FA_STATUS_SUCCESS;
       }
@@ -97,7 +109,7 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
   KernelEntry const* fallback = nullptr;
   std::string reason;
   for (KernelEntry const* e : device.kernels) {
-    std::string why = cannot_run(e->config, p);
+    std::string why = cannot_run(device, e->config, p);
     if (!why.empty()) {
       // Report the reason of a kernel of the right dtype and head dim when there is one.
       if (reason.empty() || (e->config.d_head >= p.head_dim &&

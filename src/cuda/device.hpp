@@ -48,6 +48,10 @@ fa_status check_problem(Problem const& p);
 // when it can.
 std::string cannot_run(KernelConfig const& k, Problem const& p);
 
+// As cannot_run(k, p), and also why not on `device`: the shared memory `k` needs for `p` (an
+// e4m3 cache's staging) above the device's opt-in limit.
+std::string cannot_run(Device const& device, KernelConfig const& k, Problem const& p);
+
 // Picks a kernel of `device` for `p`: for a decode-like problem the family's best-ranked decode
 // kernel, else the measured table's pick (heuristic.hpp) or its fallback, else the runnable
 // kernel with the largest tile; or fails with FA_STATUS_UNSUPPORTED and the reason.

@@ -48,6 +48,9 @@ struct KernelFamily {
                        bool allow_split);
   // Launch parameters of `k` for `p` under `s`, without pointers.
   ForwardParams (*params)(KernelConfig const& k, Problem const& p, Schedule const& s);
+  // Dynamic shared memory of `k` running `p` (an instantiation for e4m3 caches stages more), which
+  // the choice holds against the device's opt-in limit.
+  int64_t (*smem_bytes)(KernelConfig const& k, Problem const& p);
 };
 
 // The family with this KernelConfig::family value, or nullptr when the build does not compile

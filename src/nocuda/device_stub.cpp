@@ -27,6 +27,8 @@ std::string cannot_run(KernelConfig const&, Problem const&) {
   return kWithoutCuda;
 }
 
+std::string cannot_run(Device const&, KernelConfig const&, Problem const&) { return kWithoutCuda; }
+
 fa_status choose_kernel(Device const&, Problem const&, KernelEntry const**) {
   return built_without_cuda();
 }

@@ -19,6 +19,15 @@ cudaError_t prepare_kernel() {
     }
   }
   if constexpr (rules::fp8_kv_tile(C) && Traits<C>::kE4M3SmemBytes > 48 * 1024) {
+    // Raised only where it fits: the choice refuses an e4m3 cache on this kernel elsewhere
+    // (family smem_bytes), and a device of 99 KiB (sm_86/89/120) must still open.
+    int device = 0, optin = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (Traits<C>::kE4M3SmemBytes > optin) return cudaSuccess;
     return cudaFuncSetAttribute(forward_kernel<ConfigTag<C>, true, true>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 Traits<C>::kE4M3SmemBytes);

@@ -112,7 +112,7 @@ __device__ __forceinline__ void load_block(typename Traits<C>::T* smem, RowPtr c
 
 // An e4m3 K or V tile (an FP8 cache) in two steps, so the 16-bit tile and its ldmatrix reads
 // stay as they are. load_tile_e4m3 copies the bytes with 16-byte cp.async into `staging`
-// (e4m3_staging_bytes: one 16-byte slot per thread, pass and chunk slot, consecutive threads in
+// (config.hpp's e4m3_smem_bytes: one 16-byte slot per thread, pass and chunk slot, consecutive threads in
 // consecutive slots); after the thread's own wait_loads, convert_tile_e4m3 turns its slots into
 // the 16-bit tile's chunks (same rows as load_tile's, same swizzle), so no barrier more than
 // the 16-bit path's is needed: a thread converts only what it copied. A row's d_head bytes are

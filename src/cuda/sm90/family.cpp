@@ -79,7 +79,10 @@ ForwardParams params(KernelConfig const& k, Problem const& p, Schedule const& s)
 
 }  // namespace
 
+// Its kernels refuse FP8 (cannot_run): one shared-memory size per kernel.
+int64_t smem(KernelConfig const& k, Problem const&) { return k.smem_bytes(); }
+
 KernelFamily const kFamily{"sm90", &cannot_run, &pack_gqa, &decode_rank, &paged_rank, &schedule,
-                           &params};
+                           &params, &smem};
 
 }  // namespace fa::cuda::sm90
