@@ -175,7 +175,10 @@ typedef enum fa_dtype {
    *  multiplied by the descale factors of fa_run_args (q_descale, k_descale, v_descale).
    *  CPU contexts run it. GPU contexts run e4m3 K/V caches with 16-bit queries (kv_dtype
    *  FA_DTYPE_E4M3, dtype FA_DTYPE_FP16 or FA_DTYPE_BF16) on the mma.sync family's decode
-   *  tiles (one kernel per head dim), every layout, mask, bias and split count, when k's and
+   *  tiles (one kernel per head dim) and, on sm_90 at head dims up to 128, on one sm90
+   *  kernel per head dim (chunked prefill and other problems that are not decode-like;
+   *  pages whose TMA boxes would not be a multiple of 8 rows go to the mma.sync tiles),
+   *  every layout, mask, bias and split count, when k's and
    *  v's strides are multiples of 16 elements (16-byte rows) and the tile's shared memory fits
    *  the device (d 128-256: 104-128 KiB, above sm_86/89/120's 99 KiB); otherwise
    *  FA_STATUS_UNSUPPORTED (a plan pinned to a kernel: FA_STATUS_KERNEL_NOT_AVAILABLE naming
@@ -387,10 +390,15 @@ typedef struct fa_run_args {
    *  softmax_scale * q_descale * k_descale in float32, accumulate dot products and P V in
    *  float32, and round o once to out_dtype. GPU kernels (e4m3 caches, 16-bit queries) decode
    *  every e4m3 value of k and v exactly into the queries' type, multiply the float32 dot
-   *  products by k_descale (then by softmax_scale, as for any dtype), round P to the queries'
+   *  products by k_descale (then by softmax_scale, as for any dtype; the sm90 kernels fold a
+   *  positive k_descale into the exponent's scale instead, softmax_scale * log2(e) *
+   *  k_descale in float32, where no soft-capping or ALiBi applies), round P to the queries'
    *  type for P V as they do for 16-bit caches, and multiply the float32 o by v_descale before
-   *  rounding it once; an e4m3 NaN in a cache reads as +-480 there (the CPU's NaN propagates).
-   *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are not checked: a non-finite or negative descale gives what
+   *  rounding it once. An e4m3 NaN in a cache reads as +-480 on the mma.sync tiles and on the
+   *  sm90 kernels with bf16 queries, and as NaN (propagating, as on the CPU) on the sm90
+   *  kernels with fp16 queries.
+   *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are
+   *  not checked: a non-finite or negative descale gives what
    *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */
   const float* q_descale;
   const float* k_descale;

@@ -35,12 +35,21 @@ std::string value_dim_differs(Problem const& p, char const* family) {
          "head_dim (the columns past it zero-filled on load, never written)";
 }
 
-std::string fp8_inputs(Problem const& p, char const* family) {
-  if (!p.fp8()) return {};
-  return "fa_config.dtype = " + std::to_string(int(p.dtype)) + ", kv_dtype = " +
-         std::to_string(int(p.kv_dtype)) + " (FA_DTYPE_E4M3 = 4): the " + family +
-         " family's kernels read 16-bit inputs only (e4m3 caches with 16-bit queries run on the "
-         "mma.sync family's decode tiles, e4m3 queries on CPU contexts)";
+std::string e4m3_strides(Problem const& p) {
+  struct Stride {
+    char const* name;
+    int64_t value;
+  };
+  for (Stride s : {Stride{"k_batch_stride", p.k.batch}, Stride{"k_seq_stride", p.k.seq},
+                   Stride{"k_head_stride", p.k.head}, Stride{"v_batch_stride", p.v.batch},
+                   Stride{"v_seq_stride", p.v.seq}, Stride{"v_head_stride", p.v.head}}) {
+    if (s.value % 16 != 0) {
+      return "fa_config." + std::string(s.name) + " = " + std::to_string(s.value) +
+             " is not a multiple of 16 elements, which the GPU kernels need of an e4m3 cache "
+             "(16-byte rows)";
+    }
+  }
+  return {};
 }
 
 size_t split_workspace_bytes(Problem const& p, int num_splits) {

@@ -35,19 +35,7 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
              "its 64-row, 4-warp tiles only";
     }
     // 16-byte copies of e4m3 rows (smem_tile.cuh) need their starts 16-byte aligned.
-    struct Stride {
-      char const* name;
-      int64_t value;
-    };
-    for (Stride s : {Stride{"k_batch_stride", p.k.batch}, Stride{"k_seq_stride", p.k.seq},
-                     Stride{"k_head_stride", p.k.head}, Stride{"v_batch_stride", p.v.batch},
-                     Stride{"v_seq_stride", p.v.seq}, Stride{"v_head_stride", p.v.head}}) {
-      if (s.value % 16 != 0) {
-        return "fa_config." + std::string(s.name) + " = " + std::to_string(s.value) +
-               " is not a multiple of 16 elements, which the GPU kernels need of an e4m3 cache "
-               "(16-byte rows)";
-      }
-    }
+    if (std::string why = e4m3_strides(p); !why.empty()) return why;
   }
   if (std::string why = head_dim_below(k, p, "mma.sync"); !why.empty()) return why;
   return value_dim_differs(p, "mma.sync");

@@ -24,6 +24,25 @@ constexpr int64_t smem_bytes(KernelConfig const& c) {
   return pipe + (c.d_head == 128 && pipe + q <= kMaxSmemBytesAnyArch ? q : 0);
 }
 
+// An e4m3 (FP8) K/V cache (fp8_kv_tile kernels' fourth instantiation, tile.cuh): the same layout
+// with O's staging buffer given up (its rows are stored by the threads) and, after the
+// barriers, e4m3 stages that TMA fills and the producer warpgroup converts into the 16-bit K
+// and V stages: two per tensor where they fit in 227 KiB, else one, B_c x d_head bytes each,
+// with a "full" and an "empty" mbarrier apiece.
+constexpr int64_t e4m3_slots(KernelConfig const& c) {
+  int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
+  int64_t const pipe = 1024 + q + 2 * int64_t(c.stages) * c.B_c * c.d_head * dtype_size(c.dtype) +
+                       8 * (2 + 4 * int64_t(c.stages));
+  int64_t const slot = 2 * (int64_t(c.B_c) * c.d_head + 16);
+  return pipe + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
+}
+constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
+  int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
+  int64_t const pipe = 1024 + q + 2 * int64_t(c.stages) * c.B_c * c.d_head * dtype_size(c.dtype) +
+                       8 * (2 + 4 * int64_t(c.stages));
+  return pipe + e4m3_slots(c) * 2 * (int64_t(c.B_c) * c.d_head + 16);
+}
+
 namespace rules {
 
 // One producer warpgroup and 1 to 3 consumer warpgroups (the register split of tile.cuh's Tile
@@ -51,6 +70,16 @@ constexpr bool registers_ok(KernelConfig const& c) {
   return int64_t(c.B_c) * 3 / 4 + c.d_head / 2 <= consumer_regs(c) - 24;
 }
 constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
+
+// The kernels that also read e4m3 (FP8) K/V caches with 16-bit queries: the two-stage,
+// overlapped, persistent tile of two consumer warpgroups with 128 keys per block at d 64 and
+// 128 (the causal pick from 4k to 8k keys at both, chunked prefill's usual shape). At d 192
+// and 256 two K/V stages leave no room for e4m3 stages; those caches run on the mma.sync
+// family. A fourth instantiation costs compile time, so not every kernel gets one.
+constexpr bool fp8_kv_tile(KernelConfig const& c) {
+  return c.n_warps == 12 && c.B_c == 128 && c.d_head <= 128 && c.stages == 2 && c.overlap &&
+         !c.pingpong && c.persistent && e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
+}
 
 // The family's knobs at their defaults, as in a config of another family.
 constexpr bool knobs_unset(KernelConfig const& c) {

@@ -6,6 +6,7 @@
 
 #include "cuda/device.hpp"
 #include "cuda/family.hpp"
+#include "cuda/sm90/config.hpp"
 #include "cuda/sm90/family.hpp"
 
 namespace fa::cuda::sm90 {
@@ -21,7 +22,24 @@ namespace {
 // edge; the threads' own stores and the split partials stop at head_dim): Q K^T and P V over
 // zero columns add nothing. A row's columns come in 16-byte units, hence multiples of 8.
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
-  if (std::string why = fp8_inputs(p, "sm90"); !why.empty()) return why;
+  if (p.dtype == DType::kE4M3) {
+    return "fa_config.dtype = 4 (FA_DTYPE_E4M3): the sm90 family reads 16-bit queries (e4m3 "
+           "queries run on CPU contexts)";
+  }
+  if (p.kv_dtype == DType::kE4M3) {
+    // The e4m3 instantiation (tile.cuh's e4m3 stages, converted by the producer warpgroup).
+    if (!rules::fp8_kv_tile(k)) {
+      return "fa_config.kv_dtype = 4 (FA_DTYPE_E4M3): the sm90 family reads e4m3 caches with "
+             "its two-stage, overlapped, persistent 128 x 128 tiles at d 64 and 128 only";
+    }
+    // TMA boxes of whole pages' rows; a page size whose boxes the producer would gather
+    // (gcd(B_c, page_size) not a multiple of 8) runs on the mma.sync family.
+    if (p.layout == Layout::kPagedKv && std::gcd(int64_t(k.B_c), p.page_size) % 8 != 0) {
+      return "fa_config.page_size = " + std::to_string(p.page_size) + ": the sm90 family reads "
+             "e4m3 pages in TMA boxes of a multiple of 8 rows (gcd(B_c, page_size))";
+    }
+    if (std::string why = e4m3_strides(p); !why.empty()) return why;
+  }
   if (std::string why = head_dim_below(k, p, "sm90"); !why.empty()) return why;
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
   // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
@@ -79,8 +97,11 @@ ForwardParams params(KernelConfig const& k, Problem const& p, Schedule const& s)
 
 }  // namespace
 
-// Its kernels refuse FP8 (cannot_run): one shared-memory size per kernel.
-int64_t smem(KernelConfig const& k, Problem const&) { return k.smem_bytes(); }
+// An e4m3 cache runs on the fp8_kv_tile kernels' own layout (config.hpp).
+int64_t smem(KernelConfig const& k, Problem const& p) {
+  return p.kv_dtype == DType::kE4M3 && rules::fp8_kv_tile(k) ? e4m3_smem_bytes(k)
+                                                              : k.smem_bytes();
+}
 
 KernelFamily const kFamily{"sm90", &cannot_run, &pack_gqa, &decode_rank, &paged_rank, &schedule,
                            &params, &smem};

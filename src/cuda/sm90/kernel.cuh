@@ -37,27 +37,36 @@ struct Narrow {
 
 // kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
 // transform) and attention sinks; the plain instantiation has neither. kNarrow (with kGeneral,
-// where Narrow<T>::kBuilt): the narrower MMAs.
-template <class T, bool kGeneral, bool kNarrow = false>
+// where Narrow<T>::kBuilt): the narrower MMAs. kE4M3 (with kGeneral, rules::fp8_kv_tile configs
+// only): an e4m3 K/V cache, converted to 16 bits in shared memory by the producer warpgroup
+// (mainloop_load.cuh's convert_kv), k_descale folded into the scores' scale and v_descale
+// into O.
+template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!kE4M3 || (kGeneral && !kNarrow), "e4m3 caches: the general instantiation");
   ForwardParams const& p = params.p;
   extern __shared__ uint8_t smem_raw[];
-  Smem<T> const sm(smem_raw);
+  Smem<T> const sm(smem_raw, kE4M3);
   TileScheduler<T> const sched(p);
   int const tid = threadIdx.x;
-  if (tid == 0) sm.init_barriers(params.kv_gather ? 128 : 1);
+  if (tid == 0) sm.init_barriers(kE4M3 || params.kv_gather ? 128 : 1, kE4M3);
   __syncthreads();
 
   if (tid < 128) {
     // Producer warpgroup: one warp issues the TMA copies, the whole warpgroup gathers a paged
-    // cache's rows (mainloop_load.cuh).
-    regs_dealloc<T::kProducerRegs>();
-    load_tiles<T, kGeneral>(params, sm, sched, tid);
+    // cache's rows, or converts an e4m3 cache's (mainloop_load.cuh).
+    if constexpr (kE4M3) {
+      regs_dealloc<T::kE4M3ProducerRegs>();
+      load_convert_e4m3<T>(params, sm, sched, tid);
+    } else {
+      regs_dealloc<T::kProducerRegs>();
+      load_tiles<T, kGeneral>(params, sm, sched, tid);
+    }
     return;
   }
 
-  regs_alloc<T::kConsumerRegs>();
+  regs_alloc<kE4M3 ? T::kE4M3ConsumerRegs : T::kConsumerRegs>();
   int const wg = tid / 128 - 1;  // consumer warpgroup
   int const warp = (tid / 32) % 4, lane = tid % 32;
   int const r0 = 16 * warp + lane / 4;  // this thread's rows in the warpgroup: r0 and r0 + 8
@@ -80,6 +89,23 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
                     1.4426950408889634f;
     }
 
+    // An e4m3 cache's descales (one per tensor, or per (sequence, K/V head)): the scores are
+    // k_descale (q . k), folded into the exponent's scale (and so into the LSE) or, with score
+    // transforms (whose scale is applied to the raw score) or a descale that is not positive
+    // (the running maximum assumes a positive scale), applied to each score.
+    float tile_c = c, k_descale = 1.f, v_descale = 1.f;
+    bool scale_scores = false;
+    if constexpr (kE4M3) {
+      int64_t const at = p.descale_per_head
+                             ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
+                                   w.head / p.q_heads_per_kv
+                             : 0;
+      if (p.k_descale != nullptr) k_descale = p.k_descale[at];
+      if (p.v_descale != nullptr) v_descale = p.v_descale[at];
+      scale_scores = transform || !(k_descale > 0.f);
+      if (!scale_scores) tile_c = c * k_descale;
+    }
+
     float o[T::kD / 2];
 #pragma unroll
     for (int i = 0; i < T::kD / 2; ++i) o[i] = 0.f;
@@ -90,7 +116,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     }
     auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
       int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
-      softmax.step(p, frame, transform, c, key0, sc, rescale);
+      if constexpr (kE4M3) {
+        if (scale_scores) {
+#pragma unroll
+          for (int i = 0; i < T::kBc / 2; ++i) sc[i] *= k_descale;
+        }
+      }
+      softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
     };
     if constexpr (kNarrow) {
       consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols>(sm, q_base, pipe, w.n_blocks, lane,
@@ -99,7 +131,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       consume_tile<T, T::kD / 16, T::kD>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
     }
     pipe += w.n_blocks;
-    store_tile<T, kGeneral>(params, sm, w, softmax, o, c, row0,
+    if constexpr (kE4M3) {
+#pragma unroll
+      for (int i = 0; i < T::kD / 2; ++i) o[i] *= v_descale;
+    }
+    store_tile<T, kGeneral>(params, sm, w, softmax, o, tile_c, row0,
                             int64_t(w.m_block) * T::kBr + wg * 64, wg, lane);
   }
   turns.finish();

@@ -30,6 +30,14 @@ cudaError_t prepare_kernel() {
   for (auto kernel : {forward_kernel<T, false>, forward_kernel<T, true>}) {
     if (cudaError_t e = prepare(kernel); e != cudaSuccess) return e;
   }
+  if constexpr (rules::fp8_kv_tile(C)) {
+    if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<T, true, false, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             T::kE4M3SmemBytes);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
   if constexpr (Narrow<T>::kBuilt) return prepare(forward_kernel<T, true, true>);
   return cudaSuccess;
 }
@@ -73,20 +81,27 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   // 0.97-1.01x; gathering the rows instead ran at 0.45x on an H200 (docs/performance.md), so
   // only boxes that cannot start on a swizzle atom (not a multiple of 8 rows) are gathered.
   params.kv_gather = paged && params.kv_box_rows % 8 != 0 ? 1 : 0;
+  // An e4m3 cache (family.cpp admits it on fp8_kv_tile kernels, never gathered) is read as
+  // bytes in boxes of whole rows (kD bytes) into the e4m3 stages (tile.cuh).
+  bool const e4m3 = p.kv_e4m3 != 0;
+  DType const kv_type = e4m3 ? DType::kE4M3 : C.dtype;
+  int const kv_cols = e4m3 ? T::kD : 64;
   for (cudaError_t e :
        {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
                         p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr),
-        encode_tile_map(&params.k_map, C.dtype, p.k, p.head_dim, k_rows, heads_kv, k_batch,
-                        p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows),
-        encode_tile_map(&params.v_map, C.dtype, p.v, p.head_dim_v, k_rows, heads_kv, k_batch,
-                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows)}) {
+        encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
+                        p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows,
+                        kv_cols),
+        encode_tile_map(&params.v_map, kv_type, p.v, p.head_dim_v, k_rows, heads_kv, k_batch,
+                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows,
+                        kv_cols)}) {
     if (e != cudaSuccess) return e;
   }
   // O through the staging buffer and TMA where the tile has one and the rows are written
   // unsplit; an O whose base or strides TMA cannot describe (not multiples of 16 bytes) is
-  // stored by the threads instead.
+  // stored by the threads instead. (An e4m3 cache's layout has no such buffer.)
   params.o_tma = 0;
-  if (T::kOBytes > 0 && p.num_splits == 1 &&
+  if (T::kOBytes > 0 && p.num_splits == 1 && !e4m3 &&
       encode_tile_map(&params.o_map, C.dtype, p.o, p.head_dim_v, q_rows, p.heads_q, q_batch,
                       p.o_seq_stride, p.o_head_stride, p.o_batch_stride, 64) == cudaSuccess) {
     params.o_tma = 1;
@@ -97,6 +112,12 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   config.blockDim = dim3(T::kThreads);
   config.dynamicSmemBytes = T::kSmemBytes;
   config.stream = stream;
+  if constexpr (rules::fp8_kv_tile(C)) {
+    if (e4m3) {
+      config.dynamicSmemBytes = T::kE4M3SmemBytes;
+      return cudaLaunchKernelEx(&config, forward_kernel<T, true, false, true>, params);
+    }
+  }
   if (!general) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
   if constexpr (Narrow<T>::kBuilt) {
     if (Narrow<T>::fits(p.head_dim, p.head_dim_v)) {
@@ -111,6 +132,7 @@ template <KernelConfig C>
 void register_kernel(Registry& registry) {
   static_assert(C.family == kId && fa::rules::common_ok(C) && rules::own(C), "a valid sm90 config");
   static_assert(smem_bytes(C) == TileOf<C>::kSmemBytes, "config.hpp's smem_bytes() is the tile's");
+  static_assert(e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes, "config.hpp's e4m3 layout");
   registry.emplace(C, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>,
                                   &kernel_occupancy<C>, &launch_kernel<C>});
 }

@@ -162,6 +162,171 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   }
 }
 
+// The tensor maps into the TMA unit's cache, by the producer's first thread.
+__device__ __forceinline__ void prefetch_maps(Params const& params) {
+  tma_prefetch_map(&params.q_map);
+  tma_prefetch_map(&params.k_map);
+  tma_prefetch_map(&params.v_map);
+}
+
+// Tile w's Q into its buffer, by the producer's first thread once the buffer is free.
+template <class T>
+__device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, Work const& w) {
+  mbar_arrive_expect_tx(sm.q_full, T::kQBytes);
+  for (int cb = 0; cb < T::kD / 64; ++cb) {
+    tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full, cb * 64,
+                int(w.seq.q_first) + w.m_block * T::kBr, w.head, w.map_batch);
+  }
+}
+
+// A lane's TMA box (lane * box rows on) of key block n of tile w in a paged cache: its page and
+// its first row there. A box that starts past the sequence's keys (or a lane past the block's
+// boxes) reads page num_pages, past the map: TMA fills it with zeros and the table's padding is
+// never read. Table entries are clamped into [0, num_pages), never trusted.
+template <class T>
+__device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, int n, int lane,
+                                       int box, int& page, int& row) {
+  int const key = n * T::kBc + lane * box;
+  page = p.num_pages;
+  row = 0;
+  if (lane * box < T::kBc && key < w.seq.sk) {
+    page = min(max(p.block_table[int64_t(w.batch) * p.max_pages_per_seq + key / p.page_size], 0),
+               p.num_pages - 1);
+    row = key % p.page_size;
+  }
+}
+
+// An e4m3 cache (the kernel's kE4M3 instantiation), run by the producer warpgroup's 128 threads
+// instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
+// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows), one block ahead
+// of the conversion; all 128 threads turn each block into the 16-bit stage the consumers read,
+// in their order (K(it), then V(it)), exactly (e4m3x4_convert), fence the async proxy (wgmma
+// reads the stage) and arrive on its "full" barrier and on the e4m3 stage's "empty" one (128
+// arrivals each). Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at
+// d 128 (16 at d 64), so its 128-byte-swizzled place (unit ^ row % 8) is the same every pass
+// and its addresses are constants from two bases. Rows past the keys and columns past head_dim
+// arrive from TMA as zero bytes and convert to zeros. Measured on the H200 (chunked prefill
+// 4 x 512 against 16k, bf16 queries, docs/performance.md): three warps converting while warp 0
+// only issued TMA, the unit and row recomputed per copy, 0.36x the bf16 cache's speed; all four
+// warps with constant addresses 0.57x; four loads before their stores and 40 producer
+// registers (no spills) 0.75x.
+template <class T>
+__device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> const& sm,
+                                                  TileScheduler<T> const& sched, int ptid) {
+  using Elem = typename T::Elem;
+  constexpr int kRowUnits = T::kD / 8;           // 8-byte units of a row: 16 at d 128
+  constexpr int kPassRows = 128 / kRowUnits;     // rows per pass: 8 at d 128, 16 at d 64
+  constexpr int kPasses = T::kBc / kPassRows;
+  static_assert(kPassRows % 8 == 0 && T::kBc % kPassRows == 0, "e4m3: whole passes");
+  // Block it + 1 loads into the e4m3 stages block it - 1 freed: two of them.
+  static_assert(T::kE4M3Slots == 2, "e4m3: a block converting while the next one loads");
+  ForwardParams const& p = params.p;
+  int const lane = ptid % 32;
+  bool const leader = ptid == 0, loader = ptid < 32;
+  int const unit = ptid % kRowUnits, row0 = ptid / kRowUnits;
+  uint32_t const src_off = uint32_t(row0 * T::kD + unit * 8);
+  uint32_t const dst_off = uint32_t(unit / 8) * T::kBc * 128 + uint32_t(row0) * 128 +
+                           ((uint32_t(unit % 8) ^ uint32_t(row0 % 8)) << 4);
+  // Four passes' loads are issued before their conversions and stores: the volatile copies keep
+  // their order, and one load at a time, each behind the store before it, left every warp's
+  // conversion waiting on shared-memory latency.
+  constexpr int kBatch = 4;
+  static_assert(kPasses % kBatch == 0, "e4m3: whole batches of passes");
+  auto convert = [&](uint8_t const* src, uint8_t* dst) {
+    uint32_t const from = smem_addr(src) + src_off, to = smem_addr(dst) + dst_off;
+#pragma unroll
+    for (int i = 0; i < kPasses; i += kBatch) {
+      uint32_t word[2 * kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
+                     : "=r"(word[2 * b]), "=r"(word[2 * b + 1])
+                     : "r"(from + uint32_t((i + b) * kPassRows * T::kD)));
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        uint2 const lo = e4m3x4_convert<Elem>(word[2 * b]);
+        uint2 const hi = e4m3x4_convert<Elem>(word[2 * b + 1]);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
+                     ::"r"(to + uint32_t((i + b) * kPassRows * 128)), "r"(lo.x), "r"(lo.y),
+                     "r"(hi.x), "r"(hi.y)
+                     : "memory");
+      }
+    }
+  };
+  if (leader) prefetch_maps(params);
+  bool const paged = p.layout == kLayoutPagedKv;
+  int const box = params.kv_box_rows;
+  int64_t pipe = 0, q_round = 0;
+  for (int64_t round = 0; round < sched.rounds; ++round) {
+    int64_t const tile = sched.tile(round);
+    if (tile >= sched.n_tiles) break;
+    Work const w = work_of<T>(params, tile);
+    if (w.n_blocks == 0) continue;
+    int const kv_head = w.head / p.q_heads_per_kv;
+    if (loader) {
+      mbar_wait(sm.q_empty, (q_round & 1) ^ 1);
+      if (leader) load_q<T>(params, sm, w);
+    }
+    ++q_round;
+    // This lane's box of a paged key block (box_of), looked up a block ahead of its copy.
+    int page = 0, row = 0;
+    auto look_up = [&](int it) {
+      box_of<T>(p, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
+    };
+    // Block `it` of the tile (pipeline block pipe + it) into its e4m3 stages, by warp 0.
+    auto load = [&](int it) {
+      int64_t const at = pipe + it;
+      int const j = int(at % T::kE4M3Slots);
+      uint32_t const phase = (at / T::kE4M3Slots) & 1;
+      int const n = w.n_begin + w.n_blocks - 1 - it;
+      for (int kv = 0; kv < 2; ++kv) {
+        uint64_t* const full = kv == 0 ? &sm.k8_full[j] : &sm.v8_full[j];
+        mbar_wait(kv == 0 ? &sm.k8_empty[j] : &sm.v8_empty[j], phase ^ 1);
+        if (leader) mbar_arrive_expect_tx(full, T::kE4M3Bytes);
+        uint8_t* const dst = (kv == 0 ? sm.k8_tiles : sm.v8_tiles) + j * T::kE4M3Bytes;
+        CUtensorMap const* map = kv == 0 ? &params.k_map : &params.v_map;
+        if (paged) {
+          if (lane * box < T::kBc) {
+            tma_load_4d(dst + lane * box * T::kD, map, full, 0, row, kv_head, page);
+          }
+        } else if (leader) {
+          tma_load_4d(dst, map, full, 0, int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
+        }
+      }
+    };
+    if (loader) {
+      if (paged) look_up(0);
+      load(0);
+      if (paged && w.n_blocks > 1) look_up(1);
+    }
+    for (int it = 0; it < w.n_blocks; ++it) {
+      // The next block's bytes load while this one converts (its e4m3 stages free once every
+      // thread has converted the block before this one).
+      if (loader && it + 1 < w.n_blocks) {
+        load(it + 1);
+        if (paged && it + 2 < w.n_blocks) look_up(it + 2);
+      }
+      int64_t const at = pipe + it;
+      int const s = int(at % T::kStages), j = int(at % T::kE4M3Slots);
+      uint32_t const phase = (at / T::kStages) & 1, phase8 = (at / T::kE4M3Slots) & 1;
+      mbar_wait(&sm.k8_full[j], phase8);
+      mbar_wait(&sm.k_empty[s], phase ^ 1);
+      convert(sm.k8_tiles + j * T::kE4M3Bytes, sm.k_tiles + s * T::kKVBytes);
+      fence_proxy_async_shared();
+      mbar_arrive(&sm.k_full[s]);
+      mbar_arrive(&sm.k8_empty[j]);
+      mbar_wait(&sm.v8_full[j], phase8);
+      mbar_wait(&sm.v_empty[s], phase ^ 1);
+      convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kKVBytes);
+      fence_proxy_async_shared();
+      mbar_arrive(&sm.v_full[s]);
+      mbar_arrive(&sm.v8_empty[j]);
+    }
+    pipe += w.n_blocks;
+  }
+}
+
 // Run by the producer warpgroup's 128 threads (ptid = its thread index): with TMA only warp 0
 // takes part, every lane waiting on the barriers, lane 0 arming them and issuing the dense
 // copies, the lanes with a paged box one copy each per 64 columns. (A box's bytes may complete
@@ -175,11 +340,7 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
   if (!gather && ptid >= 32) return;
   int const lane = ptid % 32;
   bool const leader = ptid == 0;
-  if (leader) {
-    tma_prefetch_map(&params.q_map);
-    tma_prefetch_map(&params.k_map);
-    tma_prefetch_map(&params.v_map);
-  }
+  if (leader) prefetch_maps(params);
   bool const paged = p.layout == kLayoutPagedKv;
   int const box = params.kv_box_rows;
   int64_t pipe = 0, q_round = 0;
@@ -191,33 +352,15 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
     int const kv_head = w.head / p.q_heads_per_kv;
     mbar_wait(sm.q_empty, (q_round & 1) ^ 1);
     ++q_round;
-    if (leader) {
-      mbar_arrive_expect_tx(sm.q_full, T::kQBytes);
-      for (int cb = 0; cb < T::kD / 64; ++cb) {
-        tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full, cb * 64,
-                    int(w.seq.q_first) + w.m_block * T::kBr, w.head, w.map_batch);
-      }
-    }
+    if (leader) load_q<T>(params, sm, w);
     if (gather) {
       gather_kv<T, kGeneral>(p, sm, w, kv_head, pipe, ptid);
       pipe += w.n_blocks;
       continue;
     }
-    // This lane's box of key block n in a paged cache: its page and its first row there. A box
-    // that starts past the sequence's keys (or a lane past the block's boxes) reads page
-    // num_pages, past the map: TMA fills it with zeros and the table's padding is never read.
-    // Table entries are clamped into [0, num_pages), never trusted.
-    int32_t const* table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
+    // This lane's box of key block n in a paged cache (box_of).
     int page = 0, row = 0;
-    auto look_up = [&](int n) {
-      int const key = n * T::kBc + lane * box;
-      page = p.num_pages;
-      row = 0;
-      if (lane * box < T::kBc && key < w.seq.sk) {
-        page = min(max(table[key / p.page_size], 0), p.num_pages - 1);
-        row = key % p.page_size;
-      }
-    };
+    auto look_up = [&](int n) { box_of<T>(p, w, n, lane, box, page, row); };
     // Key block n of K or V into stage s: kD / 64 column blocks of kBc rows x 128 bytes.
     auto load_kv = [&](CUtensorMap const* map, uint8_t* tiles, uint64_t* full, uint64_t* empty,
                        int s, uint32_t phase, int n) {

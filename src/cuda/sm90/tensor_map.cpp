@@ -26,7 +26,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 cudaError_t encode_tile_map(CUtensorMap* map, DType dtype, void const* base, int64_t head_dim,
                             int64_t rows, int64_t heads, int64_t batch, int64_t seq_stride,
-                            int64_t head_stride, int64_t batch_stride, int box_rows) {
+                            int64_t head_stride, int64_t batch_stride, int box_rows,
+                            int box_cols) {
   PFN_cuTensorMapEncodeTiled_v12000 const encode = encoder();
   if (encode == nullptr) return cudaErrorInvalidValue;
   int64_t const bytes = dtype_size(dtype);
@@ -39,13 +40,16 @@ cudaError_t encode_tile_map(CUtensorMap* map, DType dtype, void const* base, int
                         cuuint64_t(batch)};
   cuuint64_t strides[3] = {stride(seq_stride, rows), stride(head_stride, heads),
                            stride(batch_stride, batch)};
-  cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  bool const e4m3 = dtype == DType::kE4M3;
+  CUtensorMapDataType const type = e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUresult const r = encode(
-      map, dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      4, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      map, type, 4, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, e4m3 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 

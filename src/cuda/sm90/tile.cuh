@@ -76,10 +76,23 @@ struct Tile {
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
   static constexpr int kOBytes = kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
   static constexpr int kSmemBytes = kPipeBytes + kOBytes;
+  // An e4m3 cache's layout (config.hpp's e4m3_smem_bytes): no O buffer, and after the 16-bit
+  // stages kE4M3Slots e4m3 stages of K, then of V (kE4M3Bytes each: B_c rows of kD bytes, as
+  // TMA writes them unswizzled), then the pipeline's barriers and the e4m3 stages' "full" and
+  // "empty" ones. Two slots where they fit (d 64 and 128 at B_c 128), so TMA fills one while
+  // the producer converts the other.
+  static constexpr int kE4M3Bytes = kBc * kD;
+  static constexpr int kE4M3Slots = kPipeBytes + 2 * (2 * kE4M3Bytes + 32) <= 227 * 1024 ? 2 : 1;
+  static constexpr int kE4M3SmemBytes = kPipeBytes + kE4M3Slots * (2 * kE4M3Bytes + 32);
   // Registers per thread after reallocation: the producer warpgroup gives its share to the
   // consumers (128 * 24 + 256 * 240 = 64512 of 65536 with two consumers).
   static constexpr int kProducerRegs = kConsumers == 1 ? 56 : kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 256 : kConsumers == 2 ? 240 : 160;
+  // An e4m3 cache's producer converts as well as loads: 40 registers, the consumers 232 (with
+  // two: 128 * 40 + 256 * 232 = 64512, the same allocation). At 24 / 240 ptxas spilled 120-184
+  // bytes in the conversion; at 40 / 232, 56 / 48 (the general bf16 kernel itself: 60 / 88).
+  static constexpr int kE4M3ProducerRegs = kConsumers == 2 ? 40 : kProducerRegs;
+  static constexpr int kE4M3ConsumerRegs = kConsumers == 2 ? 232 : kConsumerRegs;
 
   static_assert(kD % 64 == 0 && kD <= 256, "head_dim in 64-column swizzle blocks");
   static_assert(kBc % 16 == 0 && kBc <= 256, "keys per block: a k16 step of P V at a time");
@@ -92,6 +105,9 @@ struct Tile {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <=
                     kThreads * (65536 / kThreads / 8 * 8 < 256 ? 65536 / kThreads / 8 * 8 : 256),
                 "producer and consumer registers fit the block's launch allocation");
+  static_assert(128 * (kE4M3ProducerRegs + kConsumers * kE4M3ConsumerRegs) <=
+                    kThreads * (65536 / kThreads / 8 * 8 < 256 ? 65536 / kThreads / 8 * 8 : 256),
+                "the e4m3 instantiation's registers fit the block's launch allocation");
 };
 
 // The block's shared memory: the Q tile, kStages K and V stages, O's staging buffer (kOBytes,
@@ -99,38 +115,54 @@ struct Tile {
 // Key blocks pass through the stages in one sequence over all of a block's tiles: the pipe-th
 // block (counted by both sides) uses stage pipe % kStages in phase (pipe / kStages) & 1, and the
 // q-th tile with keys uses the Q buffer in phase q & 1.
+// With an e4m3 cache (Tile's kE4M3 layout) the O buffer gives way to the e4m3 stages.
 template <class T>
 struct Smem {
   uint8_t* q_tile;
   uint8_t* k_tiles;
   uint8_t* v_tiles;
   uint8_t* o_tile;  // [kBr / 64 warpgroups][kD / 64 column blocks][64 rows][128 bytes], swizzled
+  uint8_t* k8_tiles;  // kE4M3Slots each, e4m3 caches only: [B_c rows][kD bytes]
+  uint8_t* v8_tiles;
   uint64_t* q_full;
   uint64_t* q_empty;
   uint64_t* k_full;  // kStages each
   uint64_t* k_empty;
   uint64_t* v_full;
   uint64_t* v_empty;
+  uint64_t* k8_full;  // kE4M3Slots each, e4m3 caches only
+  uint64_t* k8_empty;
+  uint64_t* v8_full;
+  uint64_t* v8_empty;
 
-  __device__ __forceinline__ explicit Smem(uint8_t* raw) {
+  __device__ __forceinline__ Smem(uint8_t* raw, bool e4m3) {
     // SWIZZLE_128B tiles start 1024-byte aligned (Tile::kSmemBytes has the slack).
     q_tile = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     k_tiles = q_tile + T::kQBytes;
     v_tiles = k_tiles + T::kStages * T::kKVBytes;
     o_tile = v_tiles + T::kStages * T::kKVBytes;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(o_tile + T::kOBytes);
+    k8_tiles = o_tile;
+    v8_tiles = k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(
+        e4m3 ? v8_tiles + T::kE4M3Slots * T::kE4M3Bytes : o_tile + T::kOBytes);
     q_full = bars;
     q_empty = bars + 1;
     k_full = bars + 2;
     k_empty = k_full + T::kStages;
     v_full = k_empty + T::kStages;
     v_empty = v_full + T::kStages;
+    k8_full = v_empty + T::kStages;
+    k8_empty = k8_full + T::kE4M3Slots;
+    v8_full = k8_empty + T::kE4M3Slots;
+    v8_empty = v8_full + T::kE4M3Slots;
   }
 
   // By one thread, before the block's first barrier: a "full" barrier completes on the
   // producer's arrival and its bytes (TMA), or on kv_arrivals producer threads' arrivals after
-  // their copies (gathered K and V); an "empty" one on an arrival per consumer warp.
-  __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals) const {
+  // their copies (gathered K and V) or conversions (e4m3); an "empty" one on an arrival per
+  // consumer warp. An e4m3 stage's "full" barrier completes on TMA's bytes, its "empty" one
+  // on the kv_arrivals converting threads.
+  __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals, bool e4m3) const {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) {
@@ -138,6 +170,14 @@ struct Smem {
       mbar_init(&v_full[s], kv_arrivals);
       mbar_init(&k_empty[s], 4 * T::kConsumers);
       mbar_init(&v_empty[s], 4 * T::kConsumers);
+    }
+    if (e4m3) {
+      for (int s = 0; s < T::kE4M3Slots; ++s) {
+        mbar_init(&k8_full[s], 1);
+        mbar_init(&v8_full[s], 1);
+        mbar_init(&k8_empty[s], kv_arrivals);
+        mbar_init(&v8_empty[s], kv_arrivals);
+      }
     }
     mbar_fence_init();
   }

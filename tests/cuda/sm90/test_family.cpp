@@ -8,6 +8,7 @@
 
 #include "cuda/family_cases.hpp"
 #include "cuda/sm80/family.hpp"
+#include "cuda/sm90/config.hpp"
 #include "cuda/sm90/family.hpp"
 
 namespace fa::cuda {
@@ -128,18 +129,59 @@ TEST_SUITE("family") {
     }
   }
 
-  TEST_CASE("sm90: FP8 inputs are refused before any other rule, naming the dtypes") {
+  TEST_CASE("sm90: e4m3 caches run on the fp8 tiles at d 64 and 128 in TMA boxes; e4m3 queries nowhere") {
     KernelFamily const& f = sm90::kFamily;
-    KernelConfig const k = test::sm90_kernel(128, true);
+    KernelConfig const tile = test::sm90_kernel(128, true);  // stages 2, overlap, persistent
+    REQUIRE(sm90::rules::fp8_kv_tile(tile));
+    REQUIRE(sm90::rules::fp8_kv_tile(test::sm90_kernel(128, true, 64)));
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(128, false)));  // not persistent
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(176, true)));   // wider key blocks
+    KernelConfig pingpong = tile;
+    pingpong.pingpong = true;
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(pingpong));
+    KernelConfig three = tile;
+    three.stages = 3;
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(three));
+    // d 256 (B_c 64): two 16-bit stages leave no room for e4m3 ones.
+    KernelConfig wide = test::sm90_kernel(64, true, 256);
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(wide));
+
     Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
     p.kv_dtype = DType::kE4M3;
-    p.head_dim_v = 160;  // also refused, but the dtypes are named first
-    std::string const why = f.cannot_run(k, p);
-    CHECK(why.find("dtype = 2, kv_dtype = 4") != std::string::npos);
-    CHECK(why.find("sm90") != std::string::npos);
-    p.head_dim_v = 128;
-    p.kv_dtype = DType::kBF16;
-    CHECK(f.cannot_run(k, p).empty());
+    CHECK(f.cannot_run(tile, p).empty());
+    // The e4m3 layout: two e4m3 stages of K and V (16 KiB each at d 128) in place of O's buffer.
+    CHECK(f.smem_bytes(tile, p) == sm90::e4m3_smem_bytes(tile));
+    CHECK(sm90::e4m3_smem_bytes(tile) == 1024 + 32768 + 131072 + 80 + 2 * (2 * 16384 + 32));
+    CHECK(sm90::e4m3_smem_bytes(tile) <= kMaxSmemBytesAnyArch);
+    Problem bf16 = p;
+    bf16.kv_dtype = DType::kBF16;
+    CHECK(f.smem_bytes(tile, bf16) == tile.smem_bytes());
+    std::string why = f.cannot_run(pingpong, p);
+    CHECK(why.find("kv_dtype = 4 (FA_DTYPE_E4M3)") != std::string::npos);
+
+    // Pages in boxes of a multiple of 8 rows; pages the producer would gather are refused.
+    Problem paged = p;
+    paged.layout = Layout::kPagedKv;
+    paged.max_pages_per_seq = 1000;
+    paged.num_pages = 2000;
+    for (int64_t page : {8, 16, 48, 64, 256, 1024}) {
+      paged.page_size = page;
+      CHECK_MESSAGE(f.cannot_run(tile, paged).empty(), "page_size ", page);
+    }
+    for (int64_t page : {1, 3, 12, 100}) {
+      paged.page_size = page;
+      why = f.cannot_run(tile, paged);
+      CHECK_MESSAGE(why.find("page_size = " + std::to_string(page)) != std::string::npos, why);
+    }
+    // Rows in 16-byte units: a stride that is not a multiple of 16 elements is named.
+    Problem odd = p;
+    odd.v.seq = 16 * 136 + 8;
+    why = f.cannot_run(tile, odd);
+    CHECK(why.find("v_seq_stride = " + std::to_string(odd.v.seq)) != std::string::npos);
+
+    Problem q8 = p;
+    q8.dtype = DType::kE4M3;
+    CHECK(f.cannot_run(tile, q8).find("dtype = 4 (FA_DTYPE_E4M3)") != std::string::npos);
   }
 }
 
