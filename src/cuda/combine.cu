@@ -7,6 +7,7 @@
 
 #include <type_traits>
 
+#include "cuda/kernel_entry.hpp"
 #include "cuda/ptx.cuh"
 
 namespace fa::cuda {
@@ -62,6 +63,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(__grid_con
   // Launched as a programmatic dependent of the split forward kernel (sm_90): it may start while
   // that kernel's last blocks run, and waits here until their partials are written.
   ptx::wait_for_prior_grids();
+  // The stream's next forward kernel may be placed now (it waits for this grid likewise).
+  ptx::allow_dependent_grids();
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
   int64_t const item = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
@@ -179,9 +182,7 @@ cudaError_t launch(Kernel kernel, int64_t items, bool programmatic, cudaStream_t
   config.gridDim = dim3(static_cast<unsigned>(warp_blocks(items)));
   config.blockDim = dim3(kWarpsPerBlock * 32);
   config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute = programmatic_attribute();
   if (programmatic) {
     config.attrs = &attribute;
     config.numAttrs = 1;

@@ -10,6 +10,15 @@
 
 namespace fa::cuda {
 
+// The launch attribute of a programmatic dependent launch (sm_90 and newer; see
+// KernelEntry::launch).
+inline cudaLaunchAttribute programmatic_attribute() {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
+}
+
 struct KernelEntry {
   KernelConfig config;
   // Sets the dynamic shared-memory limit on the current device when the kernel needs over 48 KiB.
@@ -21,8 +30,12 @@ struct KernelEntry {
   // Launches `grid` blocks (see ForwardParams for their order) on `stream`; returns the launch
   // error. `general` selects the instantiation with every feature (layouts, biases, sinks,
   // GQA packing, splits, paged caches); the other runs dense, varlen and contiguous-cache
-  // problems with causal and window masks only.
-  cudaError_t (*launch)(ForwardParams const& params, dim3 grid, bool general, cudaStream_t stream);
+  // problems with causal and window masks only. `programmatic` (sm_90 and newer) launches it as
+  // a programmatic dependent of the stream's previous kernel: its blocks may be placed while
+  // that kernel's last ones run, and wait on the device (griddepcontrol.wait, before anything
+  // else) until it has finished and its writes are visible.
+  cudaError_t (*launch)(ForwardParams const& params, dim3 grid, bool general, bool programmatic,
+                        cudaStream_t stream);
 };
 
 using Registry = std::map<KernelConfig, KernelEntry>;

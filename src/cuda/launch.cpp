@@ -83,12 +83,15 @@ fa_status launch_bound(Device const& device, KernelEntry const& kernel,
                        ForwardParams const& params, Schedule const& schedule,
                        cudaStream_t stream) {
   dim3 const grid(static_cast<unsigned>(schedule.blocks));
-  if (cudaError_t e = kernel.launch(params, grid, schedule.general, stream); e != cudaSuccess) {
+  // Programmatic launches (sm_90): each kernel waits for the stream's previous one on the
+  // device, so its launch and placement overlap that kernel's end (forward_kernel, combine).
+  bool const programmatic = device.cc_major >= 9;
+  if (cudaError_t e = kernel.launch(params, grid, schedule.general, programmatic, stream);
+      e != cudaSuccess) {
     cudaGetLastError();  // the launch error is reported here, not left for the caller's next call
     return cuda_fail(e, ("launching " + short_name(kernel.config)).c_str());
   }
   if (schedule.num_splits > 1) {
-    bool const programmatic = device.cc_major >= 9;
     if (cudaError_t e = launch_combine(params, kernel.config.dtype, params.head_dim_v, programmatic,
                                        stream);
         e != cudaSuccess) {
@@ -153,7 +156,8 @@ fa_status time_kernel(Device const& device, KernelEntry const& kernel, Problem c
     for (int r = 0; r < runs && status == FA_STATUS_SUCCESS; ++r) {
       cudaError_t e = cudaEventRecord(events[0], stream);
       if (e == cudaSuccess) {
-        e = kernel.launch(params, dim3(static_cast<unsigned>(schedule.blocks)), schedule.general, stream);
+        e = kernel.launch(params, dim3(static_cast<unsigned>(schedule.blocks)), schedule.general,
+                          false, stream);
       }
       if (e == cudaSuccess) e = cudaEventRecord(events[1], stream);
       if (e == cudaSuccess) e = cudaEventSynchronize(events[1]);

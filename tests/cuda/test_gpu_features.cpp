@@ -948,6 +948,67 @@ TEST_CASE("one captured decode step replays with new lengths and page tables") {
   }
 }
 
+TEST_CASE("calls back to back read the previous call's output: each kernel waits for the one before") {
+  // Sm_90 launches every kernel as a programmatic dependent of the stream's previous one
+  // (launch.cpp): it may be placed early and must wait on the device before reading. Here each
+  // call's q is the previous call's o, once with no synchronisation between calls and once with
+  // the host waiting after each: a kernel that read q before its producer finished would give
+  // other bytes. Decode on pages (split three ways: split kernel, combine, next split kernel)
+  // and a causal prefill (one kernel per call, the sm90 family on Hopper).
+  Gpu gpu;
+  for (auto [dtype, dim] : compiled_shapes()) {
+    for (bool decode : {true, false}) {
+      FeatureCase c;
+      c.dtype = dtype;
+      c.head_dim = dim;
+      c.heads_q = c.heads_kv = 4;
+      if (decode) {
+        c.layout = FA_LAYOUT_PAGED_KV;
+        c.page_size = 16;
+        c.sq = {1, 1};
+        c.sk = {900, 300};
+        c.num_splits = 3;
+      } else {
+        c.sq = {512, 512};
+        c.sk = {512, 512};
+        c.causal = true;
+      }
+      FeatureData d = fa_test::make_feature_data(c, 91);
+      DeviceCase dev(d);
+      fa_plan_t* plan = nullptr;
+      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+      size_t bytes = 0;
+      REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
+      void* workspace = nullptr;
+      if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
+      fa_run_args args = dev.args(d);
+      args.workspace = workspace;
+      args.workspace_size = bytes;
+      // q and o (the same shape and strides here) trade places after every call.
+      std::vector<std::vector<unsigned char>> results;
+      for (bool wait : {false, true}) {
+        DeviceCopy x(d.q), y(d.o);
+        void* in = x.get();
+        void* out = y.get();
+        for (int step = 0; step < 8; ++step) {
+          REQUIRE(fa_plan_run_ex(plan, in, dev.k.get(), dev.v.get(), out, nullptr, &args,
+                                 nullptr) == FA_STATUS_SUCCESS);
+          if (wait) CUDA_OK(cudaDeviceSynchronize());
+          std::swap(in, out);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<unsigned char> last(d.o.size());
+        CUDA_OK(cudaMemcpy(last.data(), in, last.size(), cudaMemcpyDeviceToHost));
+        results.push_back(last);
+      }
+      INFO("dtype " << dtype << " d " << dim << (decode ? " decode" : " prefill"));
+      CHECK(results[0] == results[1]);
+      cudaFree(workspace);
+      fa_plan_destroy(plan);
+    }
+  }
+}
+
 TEST_CASE("merge_states on the GPU matches the CPU backend") {
   Gpu gpu;
   fa_context_t* cpu = nullptr;

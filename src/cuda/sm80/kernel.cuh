@@ -42,6 +42,12 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   constexpr int kMT = Tr::kMTiles;
   static_assert(!kE4M3Kv || (kGeneral && rules::fp8_kv_tile(C)), "e4m3 caches: general, 64-row tiles");
 
+  // Launched as a programmatic dependent of the stream's previous kernel (sm_90: launch.cpp):
+  // nothing is read before that kernel has finished and its writes are visible. The stream's
+  // next kernel (the split's combine, or the next forward) may then be placed while this grid
+  // runs; it waits likewise.
+  ptx::wait_for_prior_grids();
+  ptx::allow_dependent_grids();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // (B_r, d_head), later O
   T* sK = sQ + C.B_r * C.d_head;           // (B_c, d_head)
@@ -75,9 +81,6 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   int const group = pack ? p.q_heads_per_kv : 1;
   int const kv_head = pack ? unit : unit / p.q_heads_per_kv;
 
-  // The combine kernel of a split launch may start now: it waits for this grid on the device,
-  // and starting early hides its launch latency (one wave of blocks is the split's usual grid).
-  if (num_splits > 1) ptx::allow_dependent_grids();
   SequenceView const seq = sequence_view(p, layout, batch);
   int const q_row0 = q_block * C.B_r;  // in packed rows: (query, head in group) pairs
   int const q_rows = min(C.B_r, seq.sq * group - q_row0);

@@ -48,12 +48,18 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
 }
 
 template <KernelConfig C>
-cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, cudaStream_t stream) {
+cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, bool programmatic,
+                          cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(Traits<C>::kThreads);
   config.dynamicSmemBytes = Traits<C>::kSmemBytes;
   config.stream = stream;
+  cudaLaunchAttribute attribute = programmatic_attribute();
+  if (programmatic) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
   if (params.kv_e4m3) {
     // The family's cannot_run admits e4m3 caches on fp8_kv_tile kernels only.
     if constexpr (rules::fp8_kv_tile(C)) {

@@ -45,6 +45,10 @@ template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kE4M3 || (kGeneral && !kNarrow), "e4m3 caches: the general instantiation");
+  // A programmatic dependent of the stream's previous kernel (launch.cpp): nothing is read
+  // before it has finished; the next kernel may be placed from here on and waits likewise.
+  ptx::wait_for_prior_grids();
+  ptx::allow_dependent_grids();
   ForwardParams const& p = params.p;
   extern __shared__ uint8_t smem_raw[];
   Smem<T> const sm(smem_raw, kE4M3);

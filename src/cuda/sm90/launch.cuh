@@ -58,7 +58,8 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
 // `general` picks the instantiation with score transforms and sinks (family.cpp refuses the
 // features neither has), its narrow variant where the head dims fit (kernel.cuh's Narrow).
 template <KernelConfig C>
-cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaStream_t stream) {
+cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool programmatic,
+                          cudaStream_t stream) {
   using T = TileOf<C>;
   Params params;
   params.head_group = head_group(p, p.head_dim, C.persistent, grid.x);
@@ -112,6 +113,11 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, cudaS
   config.blockDim = dim3(T::kThreads);
   config.dynamicSmemBytes = T::kSmemBytes;
   config.stream = stream;
+  cudaLaunchAttribute attribute = programmatic_attribute();
+  if (programmatic) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
   if constexpr (rules::fp8_kv_tile(C)) {
     if (e4m3) {
       config.dynamicSmemBytes = T::kE4M3SmemBytes;
