@@ -94,9 +94,13 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
     return FA_STATUS_SUCCESS;
   }
   // The table's pick, or where it cannot run here (its family not built for this arch, or not
-  // running this problem) the table's fallback row.
+  // running this problem) the table's fallback row. An e4m3 cache skips the fallback rows: they
+  // name mma.sync prefill tiles (the d 64 one its e4m3 decode tile), where the largest runnable
+  // tile below is the sm90 family's e4m3 one on Hopper (0.63-0.94x the 16-bit cache against
+  // 0.34-0.37x, docs/performance.md).
   int const arch = device.cc_major * 10 + device.cc_minor;
   for (bool table_fallback : {false, true}) {
+    if (table_fallback && p.kv_dtype == DType::kE4M3) continue;
     std::optional<KernelConfig> const table = table_choice(arch, p, table_fallback);
     if (!table) continue;
     for (KernelEntry const* e : device.kernels) {

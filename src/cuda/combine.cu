@@ -7,7 +7,7 @@
 
 #include <type_traits>
 
-#include "cuda/kernel_entry.hpp"
+#include "cuda/programmatic.hpp"
 #include "cuda/ptx.cuh"
 
 namespace fa::cuda {

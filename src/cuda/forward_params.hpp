@@ -78,7 +78,7 @@ struct ForwardParams {
   int32_t head_dim;
   int32_t head_dim_v;
 
-  // An e4m3 (FP8) K/V cache with 16-bit queries (the mma.sync family's fp8_kv_tile kernels):
+  // An e4m3 (FP8) K/V cache with 16-bit queries (both families' fp8_kv_tile kernels):
   // scores are k_descale * (q . k), O is v_descale * (P V). The descales are one float each, or
   // with descale_per_head one per (sequence, K/V head) (batch x heads_kv); NULL reads 1.
   int32_t kv_e4m3;

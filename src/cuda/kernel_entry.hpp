@@ -10,15 +10,6 @@
 
 namespace fa::cuda {
 
-// The launch attribute of a programmatic dependent launch (sm_90 and newer; see
-// KernelEntry::launch).
-inline cudaLaunchAttribute programmatic_attribute() {
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  return attribute;
-}
-
 struct KernelEntry {
   KernelConfig config;
   // Sets the dynamic shared-memory limit on the current device when the kernel needs over 48 KiB.

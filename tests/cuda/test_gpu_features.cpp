@@ -826,6 +826,105 @@ TEST_CASE("e4m3 caches with 16-bit queries match the float64 reference on the ch
   MESSAGE(n << " e4m3-cache cases on the choice, " << pinned << " on other kernels that read them");
 }
 
+TEST_CASE("e4m3 NaN bytes in a cache's rows past a sequence's length never reach o") {
+  // The rows after cache_seqlens (a contiguous cache's capacity, a page's tail) hold what the
+  // caller left there: NaN bytes here. No kernel may let them into O (fp16 decodes them as
+  // NaN, and P = 0 times NaN is NaN). Chunked prefill and decode, on the choice and on every
+  // kernel that reads the problem.
+  Gpu gpu;
+  for (auto [dtype, dim] : e4m3_shapes()) {
+    for (int64_t page : {0, 16}) {
+      for (int64_t sq : {64, 1}) {
+        FeatureCase c;
+        c.dtype = dtype;
+        c.kv_dtype = FA_DTYPE_E4M3;
+        c.descale = FA_DESCALE_PER_TENSOR;
+        c.head_dim = dim;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
+        c.page_size = page;
+        c.sq = {sq, sq};
+        c.sk = {177, 90};
+        c.capacity_extra = 100;
+        c.causal = true;
+        c.num_splits = 1;
+        FeatureData d = fa_test::make_feature_data(c, 17);
+        for (int64_t b = 0; b < 2; ++b) {
+          // A contiguous sequence's rows up to the capacity; a paged one's last page's tail
+          // (the table's padding entries may name other sequences' pages).
+          int64_t const sk = c.sk[static_cast<size_t>(b)];
+          int64_t const rows = page == 0 ? c.capacity() : (sk + page - 1) / page * page;
+          for (int64_t j = sk; j < rows; ++j) {
+            for (int64_t g = 0; g < c.heads_kv; ++g) {
+              for (int64_t i = 0; i < dim; ++i) {
+                d.k[static_cast<size_t>(d.k_index(b, j, g) + i)] = 0x7f;
+                d.v[static_cast<size_t>(d.v_index(b, j, g) + i)] = 0xff;
+              }
+            }
+          }
+        }
+        fa_test::FeatureReference const reference = fa_test::feature_reference(d);
+        int found = 0;
+        std::vector<fa_kernel_config> kernels = e4m3_kernels(gpu, d, dim, &found);
+        for (size_t run = 0; run <= kernels.size(); ++run) {
+          FeatureData e = d;
+          run_plan(gpu, e, run == 0 ? nullptr : &kernels[run - 1]);
+          check_result(e, run == 0 ? std::string("choice") : name_of(kernels[run - 1]), reference);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the sm90 family") {
+  // The table's picks for chunked prefill refuse e4m3 caches (not fp8_kv_tile kernels); its
+  // fallback rows name mma.sync tiles, which the choice skips for them, so the largest runnable
+  // tile, the sm90 e4m3 one, takes the problem (choice.cpp).
+  Gpu gpu;
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  int checked = 0;
+  for (auto [dtype, dim] : e4m3_shapes()) {
+    bool built = false;
+    for (size_t i = 0; i < fa_kernel_count(); ++i) {
+      fa_kernel_config k;
+      fa_kernel_config_init(&k);
+      REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+      built |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim;
+    }
+    if (major != 9 || !built || dim > 128) continue;
+    for (int64_t keys : {512, 1024, 2048, 16384}) {
+      for (int64_t page : {0, 16}) {
+        FeatureCase c;
+        c.dtype = dtype;
+        c.kv_dtype = FA_DTYPE_E4M3;
+        c.head_dim = dim;
+        c.heads_q = 8;
+        c.heads_kv = 2;
+        c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
+        c.page_size = page;
+        c.sq = {512};
+        c.sk = {keys};
+        c.causal = true;
+        FeatureData d = fa_test::make_feature_data(c, 5);
+        fa_plan_t* plan = nullptr;
+        REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+        fa_kernel_config k;
+        fa_kernel_config_init(&k);
+        REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
+        fa_plan_destroy(plan);
+        INFO("dtype " << dtype << " d " << dim << " keys " << keys << " page " << page << ": "
+                      << name_of(k));
+        CHECK(k.family == FA_FAMILY_SM90);
+        ++checked;
+      }
+    }
+  }
+  if (major == 9) CHECK(checked > 0);
+  MESSAGE(checked << " e4m3 chunked prefills checked for the sm90 family");
+}
+
 TEST_CASE("malformed index tensors on the GPU stay in bounds") {
   Gpu gpu;
   for (auto [dtype, dim] : compiled_shapes()) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/kernel_entry.hpp"
+#include "cuda/programmatic.hpp"
 #include "cuda/sm80/kernel.cuh"
 
 namespace fa::cuda::sm80 {

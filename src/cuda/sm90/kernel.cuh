@@ -39,7 +39,7 @@ struct Narrow {
 // transform) and attention sinks; the plain instantiation has neither. kNarrow (with kGeneral,
 // where Narrow<T>::kBuilt): the narrower MMAs. kE4M3 (with kGeneral, rules::fp8_kv_tile configs
 // only): an e4m3 K/V cache, converted to 16 bits in shared memory by the producer warpgroup
-// (mainloop_load.cuh's convert_kv), k_descale folded into the scores' scale and v_descale
+// (mainloop_load.cuh's load_convert_e4m3), k_descale folded into the scores' scale and v_descale
 // into O.
 template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {

@@ -13,6 +13,7 @@
 #include "cuda/sm90/tensor_map.hpp"
 #include "cuda/sm90/tile_scheduler.cuh"
 #include "cuda/kernel_entry.hpp"
+#include "cuda/programmatic.hpp"
 
 namespace fa::cuda::sm90 {
 

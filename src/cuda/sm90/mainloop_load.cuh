@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/forward_params.hpp"
 #include "cuda/ptx.cuh"
@@ -204,8 +205,8 @@ __device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, in
 // reads the stage) and arrive on its "full" barrier and on the e4m3 stage's "empty" one (128
 // arrivals each). Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at
 // d 128 (16 at d 64), so its 128-byte-swizzled place (unit ^ row % 8) is the same every pass
-// and its addresses are constants from two bases. Rows past the keys and columns past head_dim
-// arrive from TMA as zero bytes and convert to zeros. Measured on the H200 (chunked prefill
+// and its addresses are constants from two bases. Columns past head_dim arrive from TMA as zero
+// bytes, rows past the keys are zeroed here (convert). Measured on the H200 (chunked prefill
 // 4 x 512 against 16k, bf16 queries, docs/performance.md): three warps converting while warp 0
 // only issued TMA, the unit and row recomputed per copy, 0.36x the bf16 cache's speed; all four
 // warps with constant addresses 0.57x; four loads before their stores and 40 producer
@@ -232,7 +233,13 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
   // conversion waiting on shared-memory latency.
   constexpr int kBatch = 4;
   static_assert(kPasses % kBatch == 0, "e4m3: whole batches of passes");
-  auto convert = [&](uint8_t const* src, uint8_t* dst) {
+  // Rows at or past `keys` (the block's rows inside the sequence) convert as zeros: TMA
+  // zero-fills only past the map (the cache's capacity, or a box that starts past the keys), so
+  // the rows of a contiguous cache beyond its length and the tail of a page hold whatever the
+  // caller left there, and an fp16 NaN in V would survive P = 0 into O. Only a sequence's last
+  // block has such rows, so the test is compiled into a second copy of the loop (in the only
+  // one, its compare and selects per pass cost bf16 queries 17% at 4 x 512 against 16k).
+  auto convert_rows = [&](auto masked, uint8_t const* src, uint8_t* dst, int keys) {
     uint32_t const from = smem_addr(src) + src_off, to = smem_addr(dst) + dst_off;
 #pragma unroll
     for (int i = 0; i < kPasses; i += kBatch) {
@@ -242,6 +249,9 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
         asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
                      : "=r"(word[2 * b]), "=r"(word[2 * b + 1])
                      : "r"(from + uint32_t((i + b) * kPassRows * T::kD)));
+        if constexpr (decltype(masked)::value) {
+          if (row0 + (i + b) * kPassRows >= keys) word[2 * b] = word[2 * b + 1] = 0;
+        }
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -252,6 +262,13 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
                      "r"(hi.x), "r"(hi.y)
                      : "memory");
       }
+    }
+  };
+  auto convert = [&](uint8_t const* src, uint8_t* dst, int keys) {
+    if (keys >= T::kBc) {
+      convert_rows(std::false_type{}, src, dst, keys);
+    } else {
+      convert_rows(std::true_type{}, src, dst, keys);
     }
   };
   if (leader) prefetch_maps(params);
@@ -312,13 +329,14 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       uint32_t const phase = (at / T::kStages) & 1, phase8 = (at / T::kE4M3Slots) & 1;
       mbar_wait(&sm.k8_full[j], phase8);
       mbar_wait(&sm.k_empty[s], phase ^ 1);
-      convert(sm.k8_tiles + j * T::kE4M3Bytes, sm.k_tiles + s * T::kKVBytes);
+      int const keys = w.seq.sk - (w.n_begin + w.n_blocks - 1 - it) * T::kBc;
+      convert(sm.k8_tiles + j * T::kE4M3Bytes, sm.k_tiles + s * T::kKVBytes, keys);
       fence_proxy_async_shared();
       mbar_arrive(&sm.k_full[s]);
       mbar_arrive(&sm.k8_empty[j]);
       mbar_wait(&sm.v8_full[j], phase8);
       mbar_wait(&sm.v_empty[s], phase ^ 1);
-      convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kKVBytes);
+      convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kKVBytes, keys);
       fence_proxy_async_shared();
       mbar_arrive(&sm.v_full[s]);
       mbar_arrive(&sm.v8_empty[j]);
