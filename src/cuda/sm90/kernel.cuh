@@ -39,12 +39,14 @@ struct Narrow {
 // transform) and attention sinks; the plain instantiation has neither. kNarrow (with kGeneral,
 // where Narrow<T>::kBuilt): the narrower MMAs. kE4M3 (with kGeneral, rules::fp8_kv_tile configs
 // only): an e4m3 K/V cache, converted to 16 bits in shared memory by the producer warpgroup
-// (mainloop_load.cuh's load_convert_e4m3), k_descale folded into the scores' scale and v_descale
-// into O.
+// (mainloop_load.cuh's load_convert_e4m3) as fp16 for either query type, bf16 queries rewritten
+// as fp16 rows scaled by powers of two (mainloop_mma.cuh's q_bf16_to_fp16), so its products run
+// in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
 template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kE4M3 || (kGeneral && !kNarrow), "e4m3 caches: the general instantiation");
+  constexpr DType kMma = kE4M3 ? DType::kFP16 : T::kType;  // the products' element type
   // A programmatic dependent of the stream's previous kernel (launch.cpp): nothing is read
   // before it has finished; the next kernel may be placed from here on and waits likewise.
   ptx::wait_for_prior_grids();
@@ -93,23 +95,6 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
                     1.4426950408889634f;
     }
 
-    // An e4m3 cache's descales (one per tensor, or per (sequence, K/V head)): the scores are
-    // k_descale (q . k), folded into the exponent's scale (and so into the LSE) or, with score
-    // transforms (whose scale is applied to the raw score) or a descale that is not positive
-    // (the running maximum assumes a positive scale), applied to each score.
-    float tile_c = c, k_descale = 1.f, v_descale = 1.f;
-    bool scale_scores = false;
-    if constexpr (kE4M3) {
-      int64_t const at = p.descale_per_head
-                             ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
-                                   w.head / p.q_heads_per_kv
-                             : 0;
-      if (p.k_descale != nullptr) k_descale = p.k_descale[at];
-      if (p.v_descale != nullptr) v_descale = p.v_descale[at];
-      scale_scores = transform || !(k_descale > 0.f);
-      if (!scale_scores) tile_c = c * k_descale;
-    }
-
     float o[T::kD / 2];
 #pragma unroll
     for (int i = 0; i < T::kD / 2; ++i) o[i] = 0.f;
@@ -118,21 +103,48 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       mbar_wait(sm.q_full, q_round & 1);
       ++q_round;
     }
+    // The exponent's scale per row (r0, r0 + 8). An e4m3 cache's descales (one per tensor, or
+    // per (sequence, K/V head)): the scores are k_descale (q . k), times 2^k for bf16 query rows
+    // held as q 2^-k in fp16, folded into the exponent's scale (and so into the LSE) or, with
+    // score transforms (whose scale is applied to the raw score) or a descale that is not
+    // positive (the running maximum assumes a positive scale), applied to each score.
+    float tile_c[2] = {c, c}, score_mul[2] = {1.f, 1.f}, v_descale = 1.f;
+    bool scale_scores = false;
+    if constexpr (kE4M3) {
+      int64_t const at = p.descale_per_head
+                             ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
+                                   w.head / p.q_heads_per_kv
+                             : 0;
+      float k_descale = 1.f;
+      if (p.k_descale != nullptr) k_descale = p.k_descale[at];
+      if (p.v_descale != nullptr) v_descale = p.v_descale[at];
+      float q_scale[2] = {1.f, 1.f};
+      if constexpr (T::kType == DType::kBF16) {
+        if (w.n_blocks > 0) q_bf16_to_fp16<T>(sm.q_tile, wg, r0, lane, q_scale);
+      }
+      scale_scores = transform || !(k_descale > 0.f);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        score_mul[r] = k_descale * q_scale[r];
+        if (!scale_scores) tile_c[r] = c * score_mul[r];
+      }
+    }
+
     auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
       int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
       if constexpr (kE4M3) {
         if (scale_scores) {
 #pragma unroll
-          for (int i = 0; i < T::kBc / 2; ++i) sc[i] *= k_descale;
+          for (int i = 0; i < T::kBc / 2; ++i) sc[i] *= score_mul[(i >> 1) & 1];
         }
       }
       softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
     };
     if constexpr (kNarrow) {
-      consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols>(sm, q_base, pipe, w.n_blocks, lane,
+      consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks, lane,
                                                               turns, o, step);
     } else {
-      consume_tile<T, T::kD / 16, T::kD>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
+      consume_tile<T, T::kD / 16, T::kD, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
     }
     pipe += w.n_blocks;
     if constexpr (kE4M3) {

@@ -199,22 +199,23 @@ __device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, in
 
 // An e4m3 cache (the kernel's kE4M3 instantiation), run by the producer warpgroup's 128 threads
 // instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
-// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows), one block ahead
-// of the conversion; all 128 threads turn each block into the 16-bit stage the consumers read,
-// in their order (K(it), then V(it)), exactly (e4m3x4_convert), fence the async proxy (wgmma
-// reads the stage) and arrive on its "full" barrier and on the e4m3 stage's "empty" one (128
-// arrivals each). Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at
-// d 128 (16 at d 64), so its 128-byte-swizzled place (unit ^ row % 8) is the same every pass
-// and its addresses are constants from two bases. Columns past head_dim arrive from TMA as zero
-// bytes, rows past the keys are zeroed here (convert). Measured on the H200 (chunked prefill
-// 4 x 512 against 16k, bf16 queries, docs/performance.md): three warps converting while warp 0
-// only issued TMA, the unit and row recomputed per copy, 0.36x the bf16 cache's speed; all four
-// warps with constant addresses 0.57x; four loads before their stores and 40 producer
-// registers (no spills) 0.75x.
+// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows), one block ahead of
+// the conversion; all 128 threads turn each block into the 16-bit stage the consumers read, in
+// their order (K(it), then V(it)), exactly, as fp16 for either query type (e4m3x4_to_half's one
+// instruction per pair; the consumers' products run in fp16), fence the async proxy (wgmma reads
+// the stage) and arrive on its "full" barrier and on the e4m3 stage's "empty" one (128 arrivals
+// each). Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at d 128 (16
+// at d 64), so its 128-byte-swizzled place (unit ^ row % 8) is the same every pass and its
+// addresses are constants from two bases. Columns past head_dim arrive from TMA as zero bytes,
+// rows past the keys are zeroed here (convert). Measured on the H200 (chunked prefill 4 x 512
+// against 16k, bf16 queries, docs/performance.md): three warps converting while warp 0 only issued
+// TMA, the unit and row recomputed per copy, 0.36x the bf16 cache's speed; all four warps with
+// constant addresses 0.57x; four loads before their stores and 40 producer registers (no spills)
+// 0.75x; as fp16 for bf16 queries too (the products in fp16, bf16 queries rescaled per row:
+// mainloop_mma.cuh's q_bf16_to_fp16) instead of bf16 by bit operations, see docs/performance.md.
 template <class T>
 __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> const& sm,
                                                   TileScheduler<T> const& sched, int ptid) {
-  using Elem = typename T::Elem;
   constexpr int kRowUnits = T::kD / 8;           // 8-byte units of a row: 16 at d 128
   constexpr int kPassRows = 128 / kRowUnits;     // rows per pass: 8 at d 128, 16 at d 64
   constexpr int kPasses = T::kBc / kPassRows;
@@ -255,8 +256,8 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        uint2 const lo = e4m3x4_convert<Elem>(word[2 * b]);
-        uint2 const hi = e4m3x4_convert<Elem>(word[2 * b + 1]);
+        uint2 const lo = e4m3x4_to_half(word[2 * b]);
+        uint2 const hi = e4m3x4_to_half(word[2 * b + 1]);
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
                      ::"r"(to + uint32_t((i + b) * kPassRows * 128)), "r"(lo.x), "r"(lo.y),
                      "r"(hi.x), "r"(hi.y)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/ptx.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
@@ -36,6 +37,68 @@ struct Turns {
     }
   }
 };
+
+// bf16 queries against an e4m3 cache (kernel.cuh's kE4M3 instantiation, whose products run in
+// fp16: e4m3 becomes fp16 in one instruction per pair, bf16 in five bit operations, and those
+// conversions of every K and V block held the bf16 queries at 0.63-0.71x the 16-bit cache's speed
+// where fp16 queries ran at 0.90-0.94x; docs/performance.md). Once per tile, after Q's TMA has
+// landed, the consumer warpgroup rewrites its 64 rows of the Q tile in place as fp16, each row
+// times the power of two 2^-k that puts its largest magnitude in [2^14, 2^15): fp16's 11-bit
+// significand holds every bf16 value (8 bits) within 2^28 of the row's largest exactly, and the
+// rest (subnormal or zero in fp16) are off by at most 2^-25 each, 2^-39 of the row's largest. Returns 2^k for the thread's rows r0 and r0 + 8 (the factor of
+// their scores, exact: a power of two). A row whose largest magnitude is zero, infinite or NaN
+// keeps k = 0 (fmaxf skips NaN; a row holding an infinity gives inf or NaN scores in bf16 too).
+// The quad holding a row in the accumulator layout converts it, a quarter of its 16-byte
+// chunks each: in place, so the swizzle plays no part. Then the stores are fenced for the async
+// proxy (wgmma reads the tile) and the warpgroup meets on its named barrier.
+template <class T>
+__device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, int lane,
+                                               float (&row_scale)[2]) {
+  constexpr int kChunks = T::kD / 8 / 4;  // 16-byte chunks of a row per thread: 4 at d 128
+  uint32_t const tile = smem_addr(q_tile);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int const row = wg * 64 + r0 + 8 * r;
+    uint32_t at[kChunks], x[kChunks][4];
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      int const chunk = lane % 4 + 4 * j;  // the row's chunks: 8 per 64-column block
+      at[j] = tile + uint32_t((chunk / 8) * T::kBr * 128 + row * 128 + (chunk % 8) * 16);
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(x[j][0]), "=r"(x[j][1]), "=r"(x[j][2]), "=r"(x[j][3])
+                   : "r"(at[j]));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(x[j][e] << 16)),
+                             fabsf(__uint_as_float(x[j][e] & 0xffff0000u))));
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    int k = 0;
+    if (mx > 0.f && mx <= 3.402823466e38f) {
+      // k = exponent - 14, kept where 2^k and 2^-k are normal floats.
+      k = min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
+    }
+    float const down = __uint_as_float(uint32_t(127 - k) << 23);
+    row_scale[r] = __uint_as_float(uint32_t(127 + k) << 23);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      uint32_t h[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        h[e] = ptx::pack2<__half>(__uint_as_float(x[j][e] << 16) * down,
+                                  __uint_as_float(x[j][e] & 0xffff0000u) * down);
+      }
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
+                   ::"r"(at[j]), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3])
+                   : "memory");
+    }
+  }
+  fence_proxy_async_shared();
+  named_sync(3 + wg, 128);
+}
 
 // A pipeline position's stage and phase, stepped by one key block at a time: at d 64 and 128
 // incrementally (the 64-bit position's modulo and division per block took a dozen instructions at
@@ -72,7 +135,10 @@ struct Slot {
 // head dims need, T::kD / 16 and T::kD but in the narrow instantiation (kernel.cuh's Narrow),
 // whose Q, K and V columns past them are zeros. Compile-time: a runtime bound inside the unrolled
 // loops made ptxas fence every wgmma (C7519, 126 times in one file) and spill in the consumers.
-template <class T, int kQkSteps, int kVCols, class Softmax>
+//
+// kMma: the products' element type, T::kType but in the e4m3 instantiation, whose stages and Q
+// tile hold fp16 for either query type (kernel.cuh).
+template <class T, int kQkSteps, int kVCols, DType kMma, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
                                              float (&o)[T::kD / 2], Softmax&& softmax) {
@@ -93,7 +159,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     for (int kk = 0; kk < kQkSteps; ++kk) {
       uint64_t const da = desc(qd, q_base, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
       uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
-      Wgmma<T::kType, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
+      Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
     }
     wgmma_commit();
   };
@@ -111,7 +177,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     for (int kk = 0; kk < T::kBc / 16; ++kk) {
       uint32_t const a[4] = {pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3]};
       // O's first kVCols columns: the accumulator's first kVCols / 2 floats per thread.
-      Wgmma<T::kType, kVCols, Operands::kRS, 1>::run(*reinterpret_cast<float(*)[kVCols / 2]>(&o[0]),
+      Wgmma<kMma, kVCols, Operands::kRS, 1>::run(*reinterpret_cast<float(*)[kVCols / 2]>(&o[0]),
                                                      a, desc(vd, v_base, kk * 2048, T::kBc * 128), 1);
     }
     wgmma_commit();
@@ -121,10 +187,11 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     for (int i = 0; i < kVCols / 2; ++i) o[i] *= rescale[(i >> 1) & 1];
   };
   // P in registers: the accumulator layout of S is the A-operand layout of P V's wgmma.
+  using MmaElem = std::conditional_t<kMma == DType::kBF16, __nv_bfloat16, __half>;
   auto to_p = [&](float const(&sc)[T::kBc / 2], uint32_t(&pk)[T::kBc / 4]) {
 #pragma unroll
     for (int i = 0; i < T::kBc / 4; ++i) {
-      pk[i] = ptx::pack2<typename T::Elem>(sc[2 * i], sc[2 * i + 1]);
+      pk[i] = ptx::pack2<MmaElem>(sc[2 * i], sc[2 * i + 1]);
     }
   };
   auto release = [&](uint64_t* empty, Slot<T> slot) {

@@ -148,26 +148,21 @@ __device__ __forceinline__ void fence_operands(uint32_t const (&r)[kN]) {
 
 // ---- e4m3 ----------------------------------------------------------------------------------------
 
-// Four e4m3 values (byte i of `w` element i) as two registers of 16-bit values, as
-// ptx::e4m3x4_to, but for fp16 by sm_89's conversion instruction: one per pair instead of five
-// bit operations (e4m3 fits fp16 exactly; a NaN byte gives NaN). bf16 has no such instruction
-// and keeps the bit operations (a NaN byte reads as +-480 there).
-template <class T>
-__device__ __forceinline__ uint2 e4m3x4_convert(uint32_t w) {
-  if constexpr (std::is_same_v<T, __half>) {
-    uint32_t lo, hi;
-    asm("{\n"
-        ".reg .b16 a, b;\n"
-        "mov.b32 {a, b}, %2;\n"
-        "cvt.rn.f16x2.e4m3x2 %0, a;\n"
-        "cvt.rn.f16x2.e4m3x2 %1, b;\n"
-        "}\n"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w));
-    return make_uint2(lo, hi);
-  } else {
-    return ptx::e4m3x4_to<T>(w);
-  }
+// Four e4m3 values (byte i of `w` element i) as two registers of fp16 pairs (elements 0, 1 in
+// .x, low first) by sm_89's conversion instruction, one per pair: exactly (e4m3 fits fp16), a NaN
+// byte giving NaN. (bf16 has no such instruction: ptx::e4m3x4_to takes five bit operations a
+// pair, which is why the e4m3 instantiation computes in fp16 for bf16 queries too.)
+__device__ __forceinline__ uint2 e4m3x4_to_half(uint32_t w) {
+  uint32_t lo, hi;
+  asm("{\n"
+      ".reg .b16 a, b;\n"
+      "mov.b32 {a, b}, %2;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+  return make_uint2(lo, hi);
 }
 
 // ---- Registers and barriers ---------------------------------------------------------------------

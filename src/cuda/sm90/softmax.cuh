@@ -41,9 +41,11 @@ struct OnlineSoftmax {
   // Masks the scores of the key block starting at key0 and turns them into unnormalised
   // probabilities in place, updating the row statistics; returns in `rescale` the factor O must
   // be multiplied by before this block's P V is added. With `transform` each score is first
-  // rewritten as log2 e * bias(softcap(scale * s)) and `c` (the exponent's scale) is 1.
+  // rewritten as log2 e * bias(softcap(scale * s)) and `c` (the exponent's scale, per row: the
+  // e4m3 instantiation's bf16 rows carry a power of two each) is 1.
   __device__ __forceinline__ void step(ForwardParams const& p, RowFrame const& f, bool transform,
-                                       float c, int64_t key0, float (&sc)[T::kBc / 2],
+                                       float const (&c)[2], int64_t key0,
+                                       float (&sc)[T::kBc / 2],
                                        float (&rescale)[2]) {
     if (transform) {
       // ALiBi's distance |i + sk - sq - j| from each row's diagonal offset within the block.
@@ -101,14 +103,14 @@ struct OnlineSoftmax {
         if (((i >> 1) & 1) == r) mx = fmaxf(mx, sc[i]);
       }
       mx = detail::quad_max(mx);
-      float const use_c = (mx == -INFINITY ? 0.f : mx) * c;
-      rescale[r] = ptx::exp2_approx(fmaf(row_max[r], c, -use_c));
+      float const use_c = (mx == -INFINITY ? 0.f : mx) * c[r];
+      rescale[r] = ptx::exp2_approx(fmaf(row_max[r], c[r], -use_c));
       row_max[r] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < T::kBc / 2; ++i) {
         if (((i >> 1) & 1) == r) {
-          sc[i] = ptx::exp2_approx(fmaf(sc[i], c, -use_c));
+          sc[i] = ptx::exp2_approx(fmaf(sc[i], c[r], -use_c));
           sum += sc[i];
         }
       }
