@@ -397,9 +397,11 @@ typedef struct fa_run_args {
    *  exponent's scale instead, softmax_scale * log2(e) * k_descale in float32, where no score
    *  transform applies: soft-capping, ALiBi or a negative softmax_scale), round P to that
    *  16-bit type for P V as they do for 16-bit caches, and multiply the float32 o by v_descale
-   *  before rounding it once to out_dtype. An e4m3 NaN in a cache reads as +-480 on the
-   *  mma.sync tiles and as NaN (propagating, as on the CPU) on the sm90 kernels; rows past a
-   *  sequence's length never affect o, whatever they hold.
+   *  before rounding it once to out_dtype. An e4m3 NaN in a cache reads as NaN (propagating,
+   *  as on the CPU) wherever it is decoded into fp16 on sm_89 and newer (the sm90 kernels;
+   *  the mma.sync tiles with fp16 queries), else as +-480 (the mma.sync tiles with bf16
+   *  queries, and older GPUs); rows past a sequence's length never affect o, whatever they
+   *  hold.
    *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are
    *  not checked: a non-finite or negative descale gives what
    *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */

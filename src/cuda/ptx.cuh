@@ -107,15 +107,30 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 }
 
 // Four e4m3 (e4m3fn) values, byte i of `w` element i, as two registers of 16-bit values (T;
-// elements 0, 1 in .x, low first), exactly. Each byte's sign, exponent and mantissa bits move
-// into T's fields unchanged, which reads the value times 2^-8 in f16 and times 2^-120 in bf16
-// (subnormals included: both formats hold e4m3's 3 mantissa bits over its whole range, and
-// neither fma below flushes them), and one fma by 2^8 or 2^120 (plus -0, which keeps every
-// value and sign) restores it: 3 integer instructions and one fma per pair, on every arch
-// (sm_89's cvt.e4m3x2 gives f16 only). e4m3's NaN bytes (0x7f, 0xff) read as +-480.
+// elements 0, 1 in .x, low first), exactly. f16 on sm_89 and newer: cvt.rn.f16x2.e4m3x2, one
+// instruction per pair (e4m3 fits f16; a NaN byte gives NaN). Otherwise each byte's sign,
+// exponent and mantissa bits move into T's fields unchanged, which reads the value times 2^-8
+// in f16 and times 2^-120 in bf16 (subnormals included: both formats hold e4m3's 3 mantissa
+// bits over its whole range, and neither fma below flushes them), and one fma by 2^8 or 2^120
+// (plus -0, which keeps every value and sign) restores it: 3 integer instructions and one fma
+// per pair; e4m3's NaN bytes (0x7f, 0xff) read as +-480 there.
 template <typename T>
 __device__ __forceinline__ uint2 e4m3x4_to(uint32_t w) {
   constexpr bool kHalf = std::is_same_v<T, __half>;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (kHalf) {
+    uint32_t lo, hi;
+    asm("{\n"
+        ".reg .b16 a, b;\n"
+        "mov.b32 {a, b}, %2;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, a;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, b;\n"
+        "}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+    return make_uint2(lo, hi);
+  }
+#endif
   // Byte j of each pair into bits 8-15 of its half: sign at bit 15, the rest shifted down
   // below it into place (f16: exponent at bit 10, so by 1; bf16: at bit 7, so by 4).
   uint32_t const pair[2] = {__byte_perm(w, 0u, 0x1404), __byte_perm(w, 0u, 0x3424)};

@@ -201,7 +201,7 @@ __device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, in
 // instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
 // stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows), one block ahead of
 // the conversion; all 128 threads turn each block into the 16-bit stage the consumers read, in
-// their order (K(it), then V(it)), exactly, as fp16 for either query type (e4m3x4_to_half's one
+// their order (K(it), then V(it)), exactly, as fp16 for either query type (ptx::e4m3x4_to's one
 // instruction per pair; the consumers' products run in fp16), fence the async proxy (wgmma reads
 // the stage) and arrive on its "full" barrier and on the e4m3 stage's "empty" one (128 arrivals
 // each). Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at d 128 (16
@@ -256,8 +256,8 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        uint2 const lo = e4m3x4_to_half(word[2 * b]);
-        uint2 const hi = e4m3x4_to_half(word[2 * b + 1]);
+        uint2 const lo = ptx::e4m3x4_to<__half>(word[2 * b]);
+        uint2 const hi = ptx::e4m3x4_to<__half>(word[2 * b + 1]);
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
                      ::"r"(to + uint32_t((i + b) * kPassRows * 128)), "r"(lo.x), "r"(lo.y),
                      "r"(hi.x), "r"(hi.y)

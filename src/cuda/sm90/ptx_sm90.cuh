@@ -146,25 +146,6 @@ __device__ __forceinline__ void fence_operands(uint32_t const (&r)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" ::"r"(r[i]) : "memory");
 }
 
-// ---- e4m3 ----------------------------------------------------------------------------------------
-
-// Four e4m3 values (byte i of `w` element i) as two registers of fp16 pairs (elements 0, 1 in
-// .x, low first) by sm_89's conversion instruction, one per pair: exactly (e4m3 fits fp16), a NaN
-// byte giving NaN. (bf16 has no such instruction: ptx::e4m3x4_to takes five bit operations a
-// pair, which is why the e4m3 instantiation computes in fp16 for bf16 queries too.)
-__device__ __forceinline__ uint2 e4m3x4_to_half(uint32_t w) {
-  uint32_t lo, hi;
-  asm("{\n"
-      ".reg .b16 a, b;\n"
-      "mov.b32 {a, b}, %2;\n"
-      "cvt.rn.f16x2.e4m3x2 %0, a;\n"
-      "cvt.rn.f16x2.e4m3x2 %1, b;\n"
-      "}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
-  return make_uint2(lo, hi);
-}
-
 // ---- Registers and barriers ---------------------------------------------------------------------
 
 template <int kRegs>
