@@ -158,26 +158,49 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
   using Tr = Traits<C>;
   using E = E4M3Tile<C>;
   constexpr int kPasses = kRows / Tr::kCopyRows;
+  // Four passes' loads before their conversions and stores (the volatile copies keep their
+  // order: one load at a time, each behind the store before it, waited on shared memory).
+  constexpr int kBatch = kPasses < 4 ? kPasses : 4;
+  static_assert(kPasses % kBatch == 0, "whole batches of passes");
   uint32_t const tile = ptx::smem_addr(smem);
   int const row0 = tid / 8;
+  // Threads 4-7 of a row write their second 16-bit chunk first: the 8 threads of a row write
+  // 16-bit chunks 2j (or 2j + 1) of 16 per row, and chunks c and c + 8 share banks, so with
+  // every thread's first store at 2j two of them met in each bank group (ncu, H200 decode:
+  // 2.1 wavefronts per shared store against 1), and with the swap the 8 are distinct.
+  bool const swap = tid % 8 >= 4;
   static_for<E::kSlots>([&](auto m) {
     int const col = 16 * (tid % 8 + 8 * decltype(m)::value);
     if (col < C.d_head) {
-      // The two 16-bit chunks of this e4m3 chunk; a pass moves the row by kCopyRows (a
-      // multiple of 8), which keeps the swizzle, so each is a base plus a constant.
+      // The two 16-bit chunks of this e4m3 chunk, in the order this thread writes them, and
+      // the 8 staged bytes each comes from; a pass moves the row by kCopyRows (a multiple of
+      // 8), which keeps the swizzle, so each address is a base plus a constant.
       uint32_t const lo = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col);
       uint32_t const hi = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col + 8);
-      static_for<kPasses>([&](auto i) {
-        constexpr int kI = decltype(i)::value;
-        uint4 const bytes =
-            ptx::ld_shared_16(staging + 16 * ((kI * E::kSlots + decltype(m)::value) * Tr::kThreads + tid));
-        uint2 const a = ptx::e4m3x4_to<typename Tr::T>(bytes.x);
-        uint2 const b = ptx::e4m3x4_to<typename Tr::T>(bytes.y);
-        uint2 const c = ptx::e4m3x4_to<typename Tr::T>(bytes.z);
-        uint2 const d = ptx::e4m3x4_to<typename Tr::T>(bytes.w);
-        constexpr uint32_t kStep = 2 * kI * Tr::kCopyRows * 64;
-        ptx::st_shared_16(lo + kStep, make_uint4(a.x, a.y, b.x, b.y));
-        ptx::st_shared_16(hi + kStep, make_uint4(c.x, c.y, d.x, d.y));
+      uint32_t const first = swap ? hi : lo, second = swap ? lo : hi;
+      uint32_t const from = staging + 16 * (decltype(m)::value * Tr::kThreads + tid) + (swap ? 8 : 0);
+      constexpr uint32_t kPassBytes = 16 * E::kSlots * Tr::kThreads;
+      static_for<kPasses / kBatch>([&](auto g) {
+        uint32_t word[kBatch][4];
+        static_for<kBatch>([&](auto b) {
+          constexpr uint32_t kAt = (decltype(g)::value * kBatch + decltype(b)::value) * kPassBytes;
+          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                       : "=r"(word[b][0]), "=r"(word[b][1])
+                       : "r"(from + kAt));
+          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                       : "=r"(word[b][2]), "=r"(word[b][3])
+                       : "r"((from ^ 8u) + kAt));
+        });
+        static_for<kBatch>([&](auto b) {
+          constexpr int kI = decltype(g)::value * kBatch + decltype(b)::value;
+          constexpr uint32_t kStep = 2 * kI * Tr::kCopyRows * 64;
+          uint2 const p0 = ptx::e4m3x4_to<typename Tr::T>(word[b][0]);
+          uint2 const p1 = ptx::e4m3x4_to<typename Tr::T>(word[b][1]);
+          uint2 const p2 = ptx::e4m3x4_to<typename Tr::T>(word[b][2]);
+          uint2 const p3 = ptx::e4m3x4_to<typename Tr::T>(word[b][3]);
+          ptx::st_shared_16(first + kStep, make_uint4(p0.x, p0.y, p1.x, p1.y));
+          ptx::st_shared_16(second + kStep, make_uint4(p2.x, p2.y, p3.x, p3.y));
+        });
       });
     }
   });
