@@ -178,7 +178,8 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
       uint32_t const lo = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col);
       uint32_t const hi = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col + 8);
       uint32_t const first = swap ? hi : lo, second = swap ? lo : hi;
-      uint32_t const from = staging + 16 * (decltype(m)::value * Tr::kThreads + tid) + (swap ? 8 : 0);
+      uint32_t const from =
+          staging + 16 * (decltype(m)::value * Tr::kThreads + tid) + (swap ? 8u : 0u);
       constexpr uint32_t kPassBytes = 16 * E::kSlots * Tr::kThreads;
       static_for<kPasses / kBatch>([&](auto g) {
         uint32_t word[kBatch][4];

@@ -59,9 +59,9 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 
 // row0: the thread's first row in its sequence; wg_row: its warpgroup's first; c: the exponent's
 // scale for each of its two rows (softmax's). A sink joins the denominator:
-// l' = l e^(m - M) + e^(sink - M) with M = max(m, sink). Both rows' sums are reduced before any store is issued (a shuffle queued
-// behind the first row's 16 stores waited for them: 9% of the stall samples at d 128, causal
-// 512, on an H200).
+//   l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
+// Both rows' sums are reduced before any store is issued (a shuffle queued behind the first
+// row's 16 stores waited for them: 9% of the stall samples at d 128, causal 512, on an H200).
 template <class T, bool kGeneral>
 __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
@@ -75,7 +75,8 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = detail::quad_sum(softmax.row_sum[r]);
-    float top = sum > 0.f ? softmax.row_max[r] * c[r] * 0.69314718055994531f : -INFINITY;  // natural log
+    // natural log
+    float top = sum > 0.f ? softmax.row_max[r] * c[r] * 0.69314718055994531f : -INFINITY;
     float out_scale = 1.f;
     if (kGeneral && p.sinks != nullptr && !split_out) {
       float const sink = p.sinks[w.head];

@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
     };
     if constexpr (kNarrow) {
-      consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks, lane,
-                                                              turns, o, step);
+      consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks,
+                                                                    lane, turns, o, step);
     } else {
       consume_tile<T, T::kD / 16, T::kD, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
     }

@@ -38,19 +38,20 @@ struct Turns {
   }
 };
 
-// bf16 queries against an e4m3 cache (kernel.cuh's kE4M3 instantiation, whose products run in
-// fp16: e4m3 becomes fp16 in one instruction per pair, bf16 in five bit operations, and those
-// conversions of every K and V block held the bf16 queries at 0.63-0.71x the 16-bit cache's speed
-// where fp16 queries ran at 0.90-0.94x; docs/performance.md). Once per tile, after Q's TMA has
-// landed, the consumer warpgroup rewrites its 64 rows of the Q tile in place as fp16, each row
-// times the power of two 2^-k that puts its largest magnitude in [2^14, 2^15): fp16's 11-bit
-// significand holds every bf16 value (8 bits) within 2^28 of the row's largest exactly, and the
-// rest (subnormal or zero in fp16) are off by at most 2^-25 each, 2^-39 of the row's largest. Returns 2^k for the thread's rows r0 and r0 + 8 (the factor of
-// their scores, exact: a power of two). A row whose largest magnitude is zero, infinite or NaN
-// keeps k = 0 (fmaxf skips NaN; a row holding an infinity gives inf or NaN scores in bf16 too).
-// The quad holding a row in the accumulator layout converts it, a quarter of its 16-byte
-// chunks each: in place, so the swizzle plays no part. Then the stores are fenced for the async
-// proxy (wgmma reads the tile) and the warpgroup meets on its named barrier.
+// bf16 queries against an e4m3 cache (kernel.cuh's kE4M3 instantiation, whose products run in fp16:
+// e4m3 becomes fp16 in one instruction per pair, bf16 in five bit operations, and those conversions
+// of every K and V block held the bf16 queries at 0.63-0.71x the 16-bit cache's speed where fp16
+// queries ran at 0.90-0.94x; docs/performance.md). Once per tile, after Q's TMA has landed, the
+// consumer warpgroup rewrites its 64 rows of the Q tile in place as fp16, each row times the power
+// of two 2^-k that puts its largest magnitude in [2^14, 2^15): fp16's 11-bit significand holds
+// every bf16 value (8 bits) within 2^28 of the row's largest exactly, and the rest (subnormal or
+// zero in fp16) are off by at most 2^-25 each, 2^-39 of the row's largest. Returns 2^k for the
+// thread's rows r0 and r0 + 8 (the factor of their scores, exact: a power of two). A row whose
+// largest magnitude is zero, infinite or NaN keeps k = 0 (fmaxf skips NaN; a row holding an
+// infinity gives inf or NaN scores in bf16 too). The quad holding a row in the accumulator layout
+// converts it, a quarter of its 16-byte chunks each: in place, so the swizzle plays no part. Then
+// the stores are fenced for the async proxy (wgmma reads the tile) and the warpgroup meets on its
+// named barrier.
 template <class T>
 __device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, int lane,
                                                float (&row_scale)[2]) {
