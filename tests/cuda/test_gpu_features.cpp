@@ -92,6 +92,35 @@ struct Gpu {
   fa_context_t* ctx = nullptr;
 };
 
+// A plan of d's config (pinned to `kernel` when given) and the workspace it asks for, released
+// together; args() are a DeviceCase's run arguments with that workspace.
+struct PlannedRun {
+  PlannedRun(Gpu const& gpu, FeatureData const& d, fa_kernel_config const* kernel = nullptr) {
+    fa_status const made = kernel != nullptr
+                               ? fa_plan_create_with_kernel(gpu.ctx, &d.config, kernel, &plan)
+                               : fa_plan_create(gpu.ctx, &d.config, &plan);
+    INFO(fa_test::describe(d.c) << ": " << std::string(fa_last_error_detail()));
+    REQUIRE(made == FA_STATUS_SUCCESS);
+    REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
+    if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
+  }
+  ~PlannedRun() {
+    cudaFree(workspace);
+    fa_plan_destroy(plan);
+  }
+  PlannedRun(PlannedRun const&) = delete;
+  PlannedRun& operator=(PlannedRun const&) = delete;
+  fa_run_args args(DeviceCase const& dev, FeatureData const& d) const {
+    fa_run_args a = dev.args(d);
+    a.workspace = workspace;
+    a.workspace_size = bytes;
+    return a;
+  }
+  fa_plan_t* plan = nullptr;
+  void* workspace = nullptr;
+  size_t bytes = 0;
+};
+
 // (dtype, head_dim) pairs the build has kernels for.
 std::set<std::pair<int, int>> compiled_shapes() {
   std::set<std::pair<int, int>> shapes;
@@ -124,32 +153,20 @@ void check_result(FeatureData const& d, std::string const& what) {
 // Runs `d` through a plan (pinned to `kernel` when given) with the workspace the plan asks for;
 // returns the plan's split count.
 int run_plan(Gpu const& gpu, FeatureData& d, fa_kernel_config const* kernel) {
-  fa_plan_t* plan = nullptr;
-  fa_status const made = kernel != nullptr
-                             ? fa_plan_create_with_kernel(gpu.ctx, &d.config, kernel, &plan)
-                             : fa_plan_create(gpu.ctx, &d.config, &plan);
-  INFO(fa_test::describe(d.c) << ": " << std::string(fa_last_error_detail()));
-  REQUIRE(made == FA_STATUS_SUCCESS);
-  size_t bytes = 0;
+  PlannedRun run(gpu, d, kernel);
   int splits = 0;
-  REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
-  REQUIRE(fa_plan_num_splits(plan, &splits) == FA_STATUS_SUCCESS);
+  REQUIRE(fa_plan_num_splits(run.plan, &splits) == FA_STATUS_SUCCESS);
   if (d.c.num_splits > 0) CHECK(splits == d.c.num_splits);
-  CHECK((bytes == 0) == (splits == 1));
-  void* workspace = nullptr;
-  if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
+  CHECK((run.bytes == 0) == (splits == 1));
   DeviceCase dev(d);
-  fa_run_args args = dev.args(d);
-  args.workspace = workspace;
-  args.workspace_size = bytes;
-  fa_status const ran = fa_plan_run_ex(plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
-                                       static_cast<float*>(dev.lse.get()), &args, nullptr);
+  fa_run_args args = run.args(dev, d);
+  fa_status const ran = fa_plan_run_ex(run.plan, dev.q.get(), dev.k.get(), dev.v.get(),
+                                       dev.o.get(), static_cast<float*>(dev.lse.get()), &args,
+                                       nullptr);
   INFO(std::string(fa_last_error_detail()));
   REQUIRE(ran == FA_STATUS_SUCCESS);
   CUDA_OK(cudaDeviceSynchronize());
   dev.fetch(d);
-  cudaFree(workspace);
-  fa_plan_destroy(plan);
   return splits;
 }
 
@@ -963,20 +980,11 @@ TEST_CASE("malformed index tensors on the GPU stay in bounds") {
     e.cache_seqlens = {1 << 30, -5};
     {
       DeviceCase dev(e);
-      fa_plan_t* plan = nullptr;
-      REQUIRE(fa_plan_create(gpu.ctx, &e.config, &plan) == FA_STATUS_SUCCESS);
-      size_t bytes = 0;
-      REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
-      void* workspace = nullptr;
-      CUDA_OK(cudaMalloc(&workspace, bytes));
-      fa_run_args args = dev.args(e);
-      args.workspace = workspace;
-      args.workspace_size = bytes;
-      CHECK(fa_plan_run_ex(plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+      PlannedRun run(gpu, e);
+      fa_run_args args = run.args(dev, e);
+      CHECK(fa_plan_run_ex(run.plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
                            static_cast<float*>(dev.lse.get()), &args, nullptr) == FA_STATUS_SUCCESS);
       CUDA_OK(cudaDeviceSynchronize());
-      cudaFree(workspace);
-      fa_plan_destroy(plan);
     }
     }
   }
@@ -999,21 +1007,14 @@ TEST_CASE("one captured decode step replays with new lengths and page tables") {
     c.sinks = true;
     FeatureData d = fa_test::make_feature_data(c, 77);
     DeviceCase dev(d);
-    fa_plan_t* plan = nullptr;
-    REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
-    size_t bytes = 0;
-    REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
-    void* workspace = nullptr;
-    if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
-    fa_run_args args = dev.args(d);
-    args.workspace = workspace;
-    args.workspace_size = bytes;
+    PlannedRun run(gpu, d);
+    fa_run_args args = run.args(dev, d);
     cudaStream_t stream;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaGraph_t graph;
     CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
     fa_status const captured =
-        fa_plan_run_ex(plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
+        fa_plan_run_ex(run.plan, dev.q.get(), dev.k.get(), dev.v.get(), dev.o.get(),
                        static_cast<float*>(dev.lse.get()), &args, reinterpret_cast<fa_stream_t>(stream));
     CUDA_OK(cudaStreamEndCapture(stream, &graph));
     REQUIRE(captured == FA_STATUS_SUCCESS);
@@ -1042,8 +1043,6 @@ TEST_CASE("one captured decode step replays with new lengths and page tables") {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
-    cudaFree(workspace);
-    fa_plan_destroy(plan);
   }
 }
 
@@ -1074,15 +1073,8 @@ TEST_CASE("calls back to back read the previous call's output: each kernel waits
       }
       FeatureData d = fa_test::make_feature_data(c, 91);
       DeviceCase dev(d);
-      fa_plan_t* plan = nullptr;
-      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
-      size_t bytes = 0;
-      REQUIRE(fa_plan_workspace_size(plan, &bytes) == FA_STATUS_SUCCESS);
-      void* workspace = nullptr;
-      if (bytes > 0) CUDA_OK(cudaMalloc(&workspace, bytes));
-      fa_run_args args = dev.args(d);
-      args.workspace = workspace;
-      args.workspace_size = bytes;
+      PlannedRun run(gpu, d);
+      fa_run_args args = run.args(dev, d);
       // q and o (the same shape and strides here) trade places after every call.
       std::vector<std::vector<unsigned char>> results;
       for (bool wait : {false, true}) {
@@ -1090,7 +1082,7 @@ TEST_CASE("calls back to back read the previous call's output: each kernel waits
         void* in = x.get();
         void* out = y.get();
         for (int step = 0; step < 8; ++step) {
-          REQUIRE(fa_plan_run_ex(plan, in, dev.k.get(), dev.v.get(), out, nullptr, &args,
+          REQUIRE(fa_plan_run_ex(run.plan, in, dev.k.get(), dev.v.get(), out, nullptr, &args,
                                  nullptr) == FA_STATUS_SUCCESS);
           if (wait) CUDA_OK(cudaDeviceSynchronize());
           std::swap(in, out);
@@ -1102,8 +1094,6 @@ TEST_CASE("calls back to back read the previous call's output: each kernel waits
       }
       INFO("dtype " << dtype << " d " << dim << (decode ? " decode" : " prefill"));
       CHECK(results[0] == results[1]);
-      cudaFree(workspace);
-      fa_plan_destroy(plan);
     }
   }
 }
