@@ -389,18 +389,16 @@ typedef struct fa_run_args {
    *  Rounding: CPU contexts decode every e4m3 value exactly into float32, form
    *  softmax_scale * q_descale * k_descale in float32, accumulate dot products and P V in
    *  float32, and round o once to out_dtype. GPU kernels (e4m3 caches, 16-bit queries) decode every
-   *  e4m3 value of k and v exactly into a 16-bit type, the queries' type on the mma.sync tiles and
-   *  fp16 on the sm90 kernels (which, with bf16 queries, also hold each query row as fp16 times the
-   *  power of two 2^-k that puts its largest magnitude in [2^14, 2^15), exact for every value down
-   *  to 2^-28 of that magnitude, and multiply that row's scores by 2^k), multiply the float32 dot
-   *  products by k_descale (then by softmax_scale, as for any dtype; the sm90 kernels fold a
-   *  positive k_descale into the exponent's scale instead, softmax_scale * log2(e) * k_descale in
-   *  float32, where no score transform applies: soft-capping, ALiBi or a negative softmax_scale),
-   *  round P to that 16-bit type for P V as they do for 16-bit caches, and multiply the float32 o
-   *  by v_descale before rounding it once to out_dtype. An e4m3 NaN in a cache reads as NaN
-   *  (propagating, as on the CPU) wherever it is decoded into fp16 on sm_89 and newer (the sm90
-   *  kernels; the mma.sync tiles with fp16 queries), else as +-480 (the mma.sync tiles with bf16
-   *  queries, and older GPUs); rows past a sequence's length never affect o, whatever they hold.
+   *  e4m3 value of k and v exactly into fp16 (with bf16 queries they also hold each query row as
+   *  fp16 times the power of two 2^-k that puts its largest magnitude in [2^14, 2^15), exact for
+   *  every value down to 2^-28 of that magnitude, and multiply that row's scores by 2^k), multiply
+   *  the float32 dot products by k_descale (then by softmax_scale, as for any dtype; the sm90
+   *  kernels fold a positive k_descale into the exponent's scale instead, softmax_scale * log2(e) *
+   *  k_descale in float32, where no score transform applies: soft-capping, ALiBi or a negative
+   *  softmax_scale), round P to fp16 for P V, and multiply the float32 o by v_descale before
+   *  rounding it once to out_dtype. An e4m3 NaN in a cache reads as NaN (propagating, as on the
+   *  CPU) on sm_89 and newer, and as +-480 on older GPUs (sm_80-87); rows past a sequence's length
+   *  never affect o, whatever they hold.
    *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are
    *  not checked: a non-finite or negative descale gives what
    *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */

@@ -742,6 +742,16 @@ std::vector<std::pair<int, int>> e4m3_shapes() {
   return out;
 }
 
+// An e4m3 cache of head dim `dim` with per-tensor descales, read with `dtype` queries.
+FeatureCase e4m3_case(int dtype, int dim) {
+  FeatureCase c;
+  c.dtype = dtype;
+  c.kv_dtype = FA_DTYPE_E4M3;
+  c.descale = FA_DESCALE_PER_TENSOR;
+  c.head_dim = dim;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through O") {
@@ -751,13 +761,9 @@ TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through 
   // included, which random inputs of magnitude >= 1/64 never hold) shows exactly.
   Gpu gpu;
   for (auto [dtype, dim] : e4m3_shapes()) {
-    FeatureCase c;
-    c.dtype = dtype;
-    c.kv_dtype = FA_DTYPE_E4M3;
-    c.descale = FA_DESCALE_PER_TENSOR;
+    FeatureCase c = e4m3_case(dtype, dim);
     c.layout = FA_LAYOUT_KV_CACHE;
     c.heads_q = c.heads_kv = 1;
-    c.head_dim = dim;
     int64_t const batch = (256 + dim - 1) / dim;
     c.sq.assign(static_cast<size_t>(batch), dim);
     c.sk.assign(static_cast<size_t>(batch), 1);
@@ -852,11 +858,7 @@ TEST_CASE("e4m3 NaN bytes in a cache's rows past a sequence's length never reach
   for (auto [dtype, dim] : e4m3_shapes()) {
     for (int64_t page : {0, 16}) {
       for (int64_t sq : {64, 1}) {
-        FeatureCase c;
-        c.dtype = dtype;
-        c.kv_dtype = FA_DTYPE_E4M3;
-        c.descale = FA_DESCALE_PER_TENSOR;
-        c.head_dim = dim;
+        FeatureCase c = e4m3_case(dtype, dim);
         c.heads_q = 4;
         c.heads_kv = 2;
         c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
@@ -887,6 +889,44 @@ TEST_CASE("e4m3 NaN bytes in a cache's rows past a sequence's length never reach
         for (size_t run = 0; run <= kernels.size(); ++run) {
           FeatureData e = d;
           run_plan(gpu, e, run == 0 ? nullptr : &kernels[run - 1]);
+          check_result(e, run == 0 ? std::string("choice") : name_of(kernels[run - 1]), reference);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("bf16 queries far outside fp16's range read an e4m3 cache exactly as in range") {
+  // Both families run bf16 queries against an e4m3 cache in fp16, each query row times a
+  // power of two that puts its largest magnitude just under fp16's 65504 (q_bf16_to_fp16).
+  // Queries of magnitude ~2^20 (past fp16's range) and ~2^-30 (under its smallest subnormal),
+  // with the scale divided by the same factor, are the same attention: a kernel that converted
+  // without scaling rows, or scaled the scores wrongly, would give inf or zero scores.
+  Gpu gpu;
+  for (auto [dtype, dim] : e4m3_shapes()) {
+    if (dtype != FA_DTYPE_BF16) continue;
+    for (double factor : {0x1p20, 0x1p-30}) {
+      for (int64_t sq : {177, 1}) {
+        FeatureCase c = e4m3_case(dtype, dim);
+        c.layout = FA_LAYOUT_KV_CACHE;
+        c.heads_q = sq == 1 ? 8 : 4;  // decode: 4 query heads per K/V head, packed
+        c.heads_kv = 2;
+        c.sq = {sq, sq};
+        c.sk = {1013, 300};
+        c.causal = true;
+        c.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)) / factor);
+        FeatureData d = fa_test::make_feature_data(c, 23);
+        for (int64_t i = 0; i < static_cast<int64_t>(d.q.size()) / 2; ++i) {
+          fa_test::store_elem(dtype, d.q.data(), i, fa_test::load_elem(dtype, d.q.data(), i) * factor);
+        }
+        fa_test::FeatureReference const reference = fa_test::feature_reference(d);
+        int found = 0;
+        std::vector<fa_kernel_config> kernels = e4m3_kernels(gpu, d, dim, &found);
+        CHECK(found >= 1);
+        for (size_t run = 0; run <= kernels.size(); ++run) {
+          FeatureData e = d;
+          run_plan(gpu, e, run == 0 ? nullptr : &kernels[run - 1]);
+          INFO("q times " << factor);
           check_result(e, run == 0 ? std::string("choice") : name_of(kernels[run - 1]), reference);
         }
       }

@@ -19,9 +19,10 @@ constexpr int64_t smem_bytes(KernelConfig const& c) {
   return (int64_t(c.B_r) + 2 * int64_t(c.B_c)) * c.d_head * dtype_size(c.dtype);
 }
 // With an e4m3 cache, the K and V tiles' bytes are staged after them: per row, 8 threads' slots
-// of 16 bytes for each 128 columns begun (smem_tile.cuh's E4M3Tile).
+// of 16 bytes for each 128 columns begun (smem_tile.cuh's E4M3Tile); then a float per query row
+// (bf16 queries' powers of two, smem_tile.cuh's q_bf16_to_fp16).
 constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
-  return smem_bytes(c) + 2 * int64_t(c.B_c) * 128 * ((c.d_head + 127) / 128);
+  return smem_bytes(c) + 2 * int64_t(c.B_c) * 128 * ((c.d_head + 127) / 128) + 4 * int64_t(c.B_r);
 }
 
 namespace rules {

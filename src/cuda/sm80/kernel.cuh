@@ -31,14 +31,21 @@ namespace fa::cuda::sm80 {
 // spare: the features' state alone cost
 // 250-500 bytes of spills per thread at (128, 128, 64) when both shared one instantiation.
 // kE4M3Kv (a general instantiation, fp8_kv_tile configs only) reads an e4m3 K/V cache: each
-// tile's bytes are staged in shared memory and converted to T by the threads that copied them
-// (smem_tile.cuh), the scores scaled by k_descale and O by v_descale.
+// tile's bytes are staged in shared memory and converted to fp16 by the threads that copied them
+// (smem_tile.cuh), the MMAs run in fp16 (bf16 queries rewritten as fp16 rows times a power of
+// two, q_bf16_to_fp16), the scores scaled by k_descale (and each row's power of two) and O by
+// v_descale.
 template <KernelConfig C, bool kGeneral, bool kE4M3Kv>
 __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   using Tr = Traits<C>;
   using T = typename Tr::T;
   // K and V elements as stored.
   using KvElem = std::conditional_t<kE4M3Kv, uint8_t, T>;
+  // The MMAs' type: fp16 against an e4m3 cache whatever the queries' type. Decoding e4m3 into
+  // bf16 took five instructions per pair against fp16's one cvt (sm_89+): with bf16 queries the
+  // conversions were 42 M of the step's 88 M warp instructions (ncu, H200, 8 x 32k, d 128).
+  using M = std::conditional_t<kE4M3Kv, __half, T>;
+  constexpr bool kQToFp16 = kE4M3Kv && !std::is_same_v<T, __half>;
   constexpr int kMT = Tr::kMTiles;
   static_assert(!kE4M3Kv || (kGeneral && rules::fp8_kv_tile(C)), "e4m3 caches: general, 64-row tiles");
 
@@ -55,6 +62,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // e4m3 staging of K and V after V (e4m3_smem_bytes).
   uint32_t const stage_k = ptx::smem_addr(sV + C.B_c * C.d_head);
   uint32_t const stage_v = stage_k + C.B_c * 128 * ((C.d_head + 127) / 128);
+  // Each query row's power of two with bf16 queries on an e4m3 cache (q_bf16_to_fp16), after
+  // the staging (e4m3_smem_bytes).
+  float* const row_scale = reinterpret_cast<float*>(
+      smem_raw + (C.B_r + 2 * C.B_c) * C.d_head * sizeof(T) + 2 * C.B_c * 128 * ((C.d_head + 127) / 128));
 
   int const tid = threadIdx.x;
   int const warp = tid / 32;
@@ -208,6 +219,16 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   } else if constexpr (C.eager_load_blocks) {
     if (n_visit > 0) load_k(block_begin);
   }
+  if constexpr (kQToFp16) {
+    if (n_visit > 0) {
+      wait_loads<C, 2>();  // Q landed; K[0] and V[0] may still be in flight
+    } else {
+      wait_loads<C, 0>();
+    }
+    __syncthreads();
+    q_bf16_to_fp16<C>(sQ, row_scale, tid);
+    __syncthreads();
+  }
 
   uint32_t q_frag[Tr::kDSteps][kMT][4];
   LdsmAddress<C.B_r, C.swizzled> const q_addr(ptx::smem_addr(sQ), q_ld_row, q_ld_col);
@@ -236,6 +257,15 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   auto tile_row = [&](int mt, int h) {
     return min(warp * Tr::kRowsPerWarp + mt * 16 + g + 8 * h, q_rows - 1);
   };
+  // The factor of each accumulator row's scores: k_descale, times the row's power of two where
+  // its bf16 queries were scaled into fp16.
+  float score_mul[kMT][2];
+  static_for<kMT>([&](auto mt) {
+    static_for<2>([&](auto h) {
+      score_mul[mt][h] = k_descale;
+      if constexpr (kQToFp16) score_mul[mt][h] *= row_scale[tile_row(mt, h)];
+    });
+  });
 
   float o_acc[kMT][Tr::kDTiles][4] = {};
   float row_max[kMT][2];
@@ -255,7 +285,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       // Q K^T) put each conversion between a wait and the next copy: 1.33-1.47x the bf16
       // cache's step time on the H200 (d 128, 32/8 heads, batch 1-64 x 8k-128k).
       wait_loads<C, 1>();
-      convert_tile_e4m3<C, C.B_c>(sK, stage_k, tid);
+      convert_tile_e4m3<C, C.B_c, M>(sK, stage_k, tid);
       // K[block] visible to all warps; every warp is past its P V on the previous V tile.
       __syncthreads();
       if (block + 1 < block_end) load_k(block + 1);
@@ -286,7 +316,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
           [&](auto kt) {
             static_for<Tr::kKeyTiles>([&](auto n) {
               static_for<kMT>([&](auto mt) {
-                ptx::mma_m16n8k16<T>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]);
+                ptx::mma_m16n8k16<M>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]);
               });
             });
           });
@@ -294,7 +324,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         // The header's scores q . k * k_descale, before any scale, softcap or mask.
         static_for<kMT>([&](auto mt) {
           static_for<Tr::kKeyTiles>([&](auto n) {
-            static_for<4>([&](auto e) { s[mt][n][decltype(e)::value] *= k_descale; });
+            static_for<4>([&](auto e) {
+              constexpr int kE = decltype(e)::value;
+              s[mt][n][kE] *= score_mul[mt][kE / 2];
+            });
           });
         });
       }
@@ -308,7 +341,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       } else {
         wait_loads<C, 0>();
       }
-      convert_tile_e4m3<C, C.B_c>(sV, stage_v, tid);
+      convert_tile_e4m3<C, C.B_c, M>(sV, stage_v, tid);
       __syncthreads();
       if (block + 1 < block_end) load_v(block + 1);
     } else if constexpr (C.eager_load_blocks && kGeneral) {
@@ -358,10 +391,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     static_for<Tr::kKeySteps>([&](auto j) {
       static_for<kMT>([&](auto mt) {
         constexpr int kJ = decltype(j)::value;
-        p_frag[j][mt][0] = ptx::pack2<T>(s[mt][2 * kJ][0], s[mt][2 * kJ][1]);
-        p_frag[j][mt][1] = ptx::pack2<T>(s[mt][2 * kJ][2], s[mt][2 * kJ][3]);
-        p_frag[j][mt][2] = ptx::pack2<T>(s[mt][2 * kJ + 1][0], s[mt][2 * kJ + 1][1]);
-        p_frag[j][mt][3] = ptx::pack2<T>(s[mt][2 * kJ + 1][2], s[mt][2 * kJ + 1][3]);
+        p_frag[j][mt][0] = ptx::pack2<M>(s[mt][2 * kJ][0], s[mt][2 * kJ][1]);
+        p_frag[j][mt][1] = ptx::pack2<M>(s[mt][2 * kJ][2], s[mt][2 * kJ][3]);
+        p_frag[j][mt][2] = ptx::pack2<M>(s[mt][2 * kJ + 1][0], s[mt][2 * kJ + 1][1]);
+        p_frag[j][mt][3] = ptx::pack2<M>(s[mt][2 * kJ + 1][2], s[mt][2 * kJ + 1][3]);
       });
     });
 
@@ -382,7 +415,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
         [&](auto kt) {
           static_for<Tr::kDTiles>([&](auto dn) {
             static_for<kMT>([&](auto mt) {
-              ptx::mma_m16n8k16<T>(o_acc[mt][dn], p_frag[kt][mt], v_frag[kt][dn]);
+              ptx::mma_m16n8k16<M>(o_acc[mt][dn], p_frag[kt][mt], v_frag[kt][dn]);
             });
           });
         });

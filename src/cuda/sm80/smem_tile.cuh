@@ -152,7 +152,9 @@ __device__ __forceinline__ void load_tile_e4m3(uint32_t staging, RowPtr const& r
   });
 }
 
-template <KernelConfig C, int kRows>
+// The 16-bit tile is in M, the type of the MMAs: fp16 for both query types on e4m3 tiles
+// (one cvt per pair on sm_89+ where bf16 takes five instructions; see q_bf16_to_fp16).
+template <KernelConfig C, int kRows, class M>
 __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, uint32_t staging,
                                                   int tid) {
   using Tr = Traits<C>;
@@ -195,16 +197,65 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
         static_for<kBatch>([&](auto b) {
           constexpr int kI = decltype(g)::value * kBatch + decltype(b)::value;
           constexpr uint32_t kStep = 2 * kI * Tr::kCopyRows * 64;
-          uint2 const p0 = ptx::e4m3x4_to<typename Tr::T>(word[b][0]);
-          uint2 const p1 = ptx::e4m3x4_to<typename Tr::T>(word[b][1]);
-          uint2 const p2 = ptx::e4m3x4_to<typename Tr::T>(word[b][2]);
-          uint2 const p3 = ptx::e4m3x4_to<typename Tr::T>(word[b][3]);
+          uint2 const p0 = ptx::e4m3x4_to<M>(word[b][0]);
+          uint2 const p1 = ptx::e4m3x4_to<M>(word[b][1]);
+          uint2 const p2 = ptx::e4m3x4_to<M>(word[b][2]);
+          uint2 const p3 = ptx::e4m3x4_to<M>(word[b][3]);
           ptx::st_shared_16(first + kStep, make_uint4(p0.x, p0.y, p1.x, p1.y));
           ptx::st_shared_16(second + kStep, make_uint4(p2.x, p2.y, p3.x, p3.y));
         });
       });
     }
   });
+}
+
+// bf16 queries against an e4m3 cache, rewritten in place as fp16 so the tile's MMAs run in
+// fp16 with the cache decoded into fp16 (convert_tile_e4m3): each row times a power of two
+// 2^-k that puts its largest magnitude in [2^14, 2^15), 2^k stored in row_scale[row] for the
+// scores (exact: a power of two). Every bf16 value within 2^28 of its row's largest stays
+// exact (fp16's normal range below 2^15; bf16's 8 significant bits fit fp16's 11); smaller
+// ones round into fp16's subnormals or to zero, as their products would vanish beside the
+// row's largest in fp32 anyway. All kThreads threads, kThreads / B_r per row (2 at B_r 64, 4
+// warps), after Q has landed and before any thread reads it (the caller's barriers).
+template <KernelConfig C>
+__device__ __forceinline__ void q_bf16_to_fp16(typename Traits<C>::T* sQ, float* row_scale,
+                                               int tid) {
+  using Tr = Traits<C>;
+  constexpr int kPerRow = Tr::kThreads / C.B_r;
+  static_assert(kPerRow >= 1 && Tr::kThreads % C.B_r == 0, "whole threads per row");
+  constexpr int kChunks = C.d_head / 8 / kPerRow;  // 16-byte chunks of a row per thread
+  int const row = tid / kPerRow;
+  uint32_t const tile = ptx::smem_addr(sQ);
+  auto at = [&](int j) {
+    return tile + 2 * tile_offset<C.B_r, C.swizzled>(row, 8 * (tid % kPerRow + kPerRow * j));
+  };
+  auto lo = [](uint32_t x) { return __uint_as_float(x << 16); };
+  auto hi = [](uint32_t x) { return __uint_as_float(x & 0xffff0000u); };
+  float mx = 0.f;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    uint4 const x = ptx::ld_shared_16(at(j));
+    uint32_t const w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx = fmaxf(mx, fmaxf(fabsf(lo(w[e])), fabsf(hi(w[e]))));
+  }
+#pragma unroll
+  for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  int k = 0;  // a zero row, or one holding an inf or NaN (which fp16 keeps), is not scaled
+  if (mx > 0.f && mx <= 3.402823466e38f) {
+    // k = exponent - 14, kept where 2^k and 2^-k are normal floats.
+    k = min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
+  }
+  float const down = __uint_as_float(uint32_t(127 - k) << 23);
+  if (tid % kPerRow == 0) row_scale[row] = __uint_as_float(uint32_t(127 + k) << 23);
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    uint4 const x = ptx::ld_shared_16(at(j));
+    ptx::st_shared_16(at(j), make_uint4(ptx::pack2<__half>(lo(x.x) * down, hi(x.x) * down),
+                                        ptx::pack2<__half>(lo(x.y) * down, hi(x.y) * down),
+                                        ptx::pack2<__half>(lo(x.z) * down, hi(x.z) * down),
+                                        ptx::pack2<__half>(lo(x.w) * down, hi(x.w) * down)));
+  }
 }
 
 template <KernelConfig C, int kRows, class RowPtr>
