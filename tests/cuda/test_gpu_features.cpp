@@ -314,7 +314,9 @@ TEST_CASE("every sm90 kernel reads paged caches of every page size") {
       c.dtype = k.dtype;
       c.head_dim = k.d_head;
       c.layout = FA_LAYOUT_PAGED_KV;
-      c.page_size = pages[(size_t(kernels) * shapes.size() + j) % std::size(pages)];
+      // Each kernel's four shapes take every other page size from its own start, so every
+      // kernel reads both TMA boxes (8, 48, 256 or 16, 64) and gathered rows (3 or 1, 100).
+      c.page_size = pages[(size_t(kernels) + 2 * j) % std::size(pages)];
       c.heads_q = shape.heads_q;
       c.heads_kv = shape.heads_kv;
       c.sq.assign(shape.sk.size(), shape.sq);
@@ -331,7 +333,7 @@ TEST_CASE("every sm90 kernel reads paged caches of every page size") {
     m.dtype = k.dtype;
     m.head_dim = k.d_head;
     m.layout = FA_LAYOUT_PAGED_KV;
-    m.page_size = 16;
+    m.page_size = kernels % 2 == 0 ? 16 : 1;  // TMA boxes, gathered rows
     m.sq = {3, 3, 3};
     m.sk = {100, 20, 300};
     m.num_splits = 1;

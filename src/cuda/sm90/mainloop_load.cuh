@@ -40,6 +40,17 @@ namespace fa::cuda::sm90 {
 // block only after the next block's copies were issued deadlocked: the next block's V stage
 // frees only after a P V that waits for this block's K.) The tile's last V is signalled before
 // the tile ends (the consumers release Q only after it, and the next tile's Q waits for that).
+// Adjacent 16-byte chunks a gathering thread copies per row (gather_kv): 4, 2 or 1, the most
+// that leave whole passes of rows over a key block and a power of two of threads per row.
+template <class T>
+constexpr int gather_chunks_per_thread() {
+  constexpr int kChunks = 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
+  for (int n = 4; n > 1; n /= 2) {
+    if (kChunks % n == 0 && T::kBc % (128 / (kChunks / n)) == 0) return n;
+  }
+  return 1;
+}
+
 template <class T, bool kGeneral>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
@@ -49,16 +60,25 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   // rows across warps), kGroups passes over the block's columns.
   constexpr int kChunks = 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
   constexpr int kGroups = T::kD / 8 / kChunks;
-  constexpr int kRowsPerPass = 128 / kChunks;  // 16 at d = 64 (and 192), 8 at 128, 4 at 256
-  constexpr int kWarpRows = 32 / kChunks;      // a warp's rows per pass: 4, 2, 1
+  // Adjacent chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
+  // or 1 (d 192 at 96 and 112 keys, d 128 at 176: 1 or 2). The copies of one row share its page
+  // look-up, shuffle and address: with one chunk per thread, a copy took about 16 instructions
+  // in a dependent chain on the producer's 24 registers, and the consumers waited on K for 14%
+  // of their samples (ncu, H200, page 1, 4 x 512 against 8k, d 128: 0.59x the contiguous time).
+  constexpr int kPerThread = gather_chunks_per_thread<T>();
+  constexpr int kRowThreads = kChunks / kPerThread;  // threads per row
+  constexpr int kRowsPerPass = 128 / kRowThreads;
+  constexpr int kWarpRows = 32 / kRowThreads;      // a warp's rows per pass
   constexpr int kPasses = T::kBc / kRowsPerPass;
   constexpr int kWarpList = kPasses * kWarpRows;  // a warp's rows per block: kBc / 4
   constexpr int kSlots = (kWarpList + 31) / 32;   // rows a lane looks up per block
   static_assert(T::kBc % kRowsPerPass == 0 && 32 % kWarpRows == 0, "gather: rows per pass");
+  static_assert(kSlots <= 2, "gather: a lane looks up at most two rows per block");
   int const lane = ptid % 32, warp = ptid / 32;
-  int const chunk = ptid % kChunks, sub = lane / kChunks;  // this thread's row in its warp's pass
-  // The chunk's place in a stage: its 64-column block, then the 16-byte unit within the row
-  // (group g adds g * kChunks chunks, whole 64-column blocks).
+  // This thread's first chunk of a row, and its row in its warp's pass.
+  int const chunk = (ptid % kRowThreads) * kPerThread, sub = lane / kRowThreads;
+  // The chunks' place in a stage: their 64-column block (one for all kPerThread of them), then
+  // the 16-byte unit within the row (group g adds g * kChunks chunks, whole 64-column blocks).
   uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
   uint32_t const unit = chunk % 8;
   int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
@@ -86,7 +106,8 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out, the
   // compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes and
   // spilling them to local memory under the producer's 24 registers (ptxas did, 152 bytes: one
-  // local load per pass in the loop).
+  // local load per pass in the loop). Chunk j of the thread's kPerThread sits at unit + j, whose
+  // swizzled place is the first's XOR j (unit is a multiple of kPerThread, a power of two).
   int const r0 = warp * kWarpRows + sub;
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
@@ -109,18 +130,33 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     // producer's 24 registers (ptxas: 348-412 bytes of spills at 112 keys, 100-160 rolled).
 #pragma unroll 1
     for (int g = 0; g < kGroups; ++g) {
-      bool const in_cols = !kGeneral || (chunk + g * kChunks) * 8 < cols;
-#pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
+      auto pass = [&](int i) {
         // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
-        // slot (i * kWarpRows) / 32: both constant but for sub.
+        // slot (i * kWarpRows) / 32 (selected, not indexed: a rolled loop would put off[] in
+        // local memory).
         int const from = (i * kWarpRows) % 32 + sub;
-        int64_t const pass_off = __shfl_sync(0xffffffffu, off[(i * kWarpRows) / 32], from);
-        bool const valid = pass_off >= 0 && in_cols;
-        Elem const* src = base + g * kChunks * 8 + (valid ? pass_off : 0);
+        int64_t const mine = (i * kWarpRows) / 32 == 0 ? off[0] : off[kSlots - 1];
+        int64_t const pass_off = __shfl_sync(0xffffffffu, mine, from);
+        bool const in_keys = pass_off >= 0;
+        Elem const* src = base + g * kChunks * 8 + (in_keys ? pass_off : 0);
         uint32_t const at = uint32_t(g * kChunks / 8 * T::kBc * 128) +
-                            uint32_t(i * kRowsPerPass * 128) + swizzle[(i * kRowsPerPass / 4) & 1];
-        ptx::cp_async_16_zfill(dst + at, src, valid);
+                            uint32_t(i * kRowsPerPass * 128) +
+                            ((i * kRowsPerPass / 4) & 1 ? swizzle[1] : swizzle[0]);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+          bool const in_cols = !kGeneral || (chunk + g * kChunks + j) * 8 < cols;
+          ptx::cp_async_16_zfill(dst + (at ^ uint32_t(j << 4)), src + j * 8, in_keys && in_cols);
+        }
+      };
+      // Several chunks per thread: passes in a loop, so the copies of one pass are in flight
+      // before the next pass's look-up, on the producer's 24 registers (unrolled, ptxas hoisted
+      // the passes' shuffles and spilled 204-504 bytes in the d 128 kernels, from 60-384).
+      if constexpr (kPerThread > 1) {
+#pragma unroll 1
+        for (int i = 0; i < kPasses; ++i) pass(i);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) pass(i);
       }
     }
     ptx::cp_async_commit();
