@@ -216,6 +216,26 @@ __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, 
   }
 }
 
+// The block's tiles in the scheduler's order, for the producer: for each tile with keys, the
+// threads that `wait` wait for the Q buffer to be free and the leader loads Q into it, then
+// body(w, kv_head) loads the tile's key blocks.
+template <class T, class Body>
+__device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> const& sm,
+                                              TileScheduler<T> const& sched, bool wait,
+                                              bool leader, Body&& body) {
+  int64_t q_round = 0;
+  for (int64_t round = 0; round < sched.rounds; ++round) {
+    int64_t const tile = sched.tile(round);
+    if (tile >= sched.n_tiles) break;
+    Work const w = work_of<T>(params, tile);
+    if (w.n_blocks == 0) continue;
+    if (wait) mbar_wait(sm.q_empty, (q_round & 1) ^ 1);
+    ++q_round;
+    if (leader) load_q<T>(params, sm, w);
+    body(w, w.head / params.p.q_heads_per_kv);
+  }
+}
+
 // A lane's TMA box (lane * box rows on) of key block n of tile w in a paged cache: its page and
 // its first row there. A box that starts past the sequence's keys (or a lane past the block's
 // boxes) reads page num_pages, past the map: TMA fills it with zeros and the table's padding is
@@ -311,18 +331,8 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
   if (leader) prefetch_maps(params);
   bool const paged = p.layout == kLayoutPagedKv;
   int const box = params.kv_box_rows;
-  int64_t pipe = 0, q_round = 0;
-  for (int64_t round = 0; round < sched.rounds; ++round) {
-    int64_t const tile = sched.tile(round);
-    if (tile >= sched.n_tiles) break;
-    Work const w = work_of<T>(params, tile);
-    if (w.n_blocks == 0) continue;
-    int const kv_head = w.head / p.q_heads_per_kv;
-    if (loader) {
-      mbar_wait(sm.q_empty, (q_round & 1) ^ 1);
-      if (leader) load_q<T>(params, sm, w);
-    }
-    ++q_round;
+  int64_t pipe = 0;
+  for_each_tile<T>(params, sm, sched, loader, leader, [&](Work const& w, int kv_head) {
     // This lane's box of a paged key block (box_of), looked up a block ahead of its copy.
     int page = 0, row = 0;
     auto look_up = [&](int it) {
@@ -379,7 +389,7 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       mbar_arrive(&sm.v8_empty[j]);
     }
     pipe += w.n_blocks;
-  }
+  });
 }
 
 // Run by the producer warpgroup's 128 threads (ptid = its thread index): with TMA only warp 0
@@ -398,20 +408,12 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
   if (leader) prefetch_maps(params);
   bool const paged = p.layout == kLayoutPagedKv;
   int const box = params.kv_box_rows;
-  int64_t pipe = 0, q_round = 0;
-  for (int64_t round = 0; round < sched.rounds; ++round) {
-    int64_t const tile = sched.tile(round);
-    if (tile >= sched.n_tiles) break;
-    Work const w = work_of<T>(params, tile);
-    if (w.n_blocks == 0) continue;
-    int const kv_head = w.head / p.q_heads_per_kv;
-    mbar_wait(sm.q_empty, (q_round & 1) ^ 1);
-    ++q_round;
-    if (leader) load_q<T>(params, sm, w);
+  int64_t pipe = 0;
+  for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
     if (gather) {
       gather_kv<T, kGeneral>(p, sm, w, kv_head, pipe, ptid);
       pipe += w.n_blocks;
-      continue;
+      return;
     }
     // This lane's box of key block n in a paged cache (box_of).
     int page = 0, row = 0;
@@ -447,7 +449,7 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       load_kv(&params.v_map, sm.v_tiles, sm.v_full, sm.v_empty, s, phase, n);
       if (paged && it + 1 < w.n_blocks) look_up(n - 1);
     }
-  }
+  });
 }
 
 }  // namespace fa::cuda::sm90
