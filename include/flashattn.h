@@ -397,8 +397,11 @@ typedef struct fa_run_args {
    *  k_descale in float32, where no score transform applies: soft-capping, ALiBi or a negative
    *  softmax_scale), round P to fp16 for P V, and multiply the float32 o by v_descale before
    *  rounding it once to out_dtype. An e4m3 NaN in a cache reads as NaN (propagating, as on the
-   *  CPU) on sm_89 and newer, and as +-480 on older GPUs (sm_80-87); rows past a sequence's length
-   *  never affect o, whatever they hold.
+   *  CPU) in kernels compiled for sm_89 or newer (the default build's sm_90a code on Hopper GPUs),
+   *  and as +-480 in code compiled for sm_80-87 (the default build's sm_80 code, which sm_86 and
+   *  sm_89 GPUs run); rows past a sequence's length never affect o, whatever they hold. A bf16
+   *  query row holding an infinity is held unscaled, so its finite values past fp16's 65504 become
+   *  infinities too.
    *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are
    *  not checked: a non-finite or negative descale gives what
    *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */

@@ -16,8 +16,10 @@ engines do: one descale per tensor, amax / 448, each value divided by it and rou
   ours:  flashattn.forward_kvcache on the e4m3 cache with k_descale and v_descale (the choice:
          the mma.sync decode tile at Sq 1, the sm90 e4m3 tile for chunked prefill on Hopper);
   bf16 cache: the library on K and V rounded to the queries' 16-bit type, for scale.
-Each row prints the root-mean-square error of o against exact, and ours / naive; a row whose
-ratio exceeds 1 + --slack is marked WORSE and the exit status is 1."""
+Each row prints the root-mean-square error of o against exact, and ours / naive (ours includes
+rounding o to the queries' 16-bit type, which naive, kept in float32, does not); a row whose
+ratio exceeds 1 + --slack is marked WORSE and the exit status is 1. Needs a PyTorch with
+torch.float8_e4m3fn tensors that take indexed assignment (the GPU machine's 2.11 does)."""
 import argparse
 import math
 import sys

@@ -241,7 +241,7 @@ __device__ __forceinline__ void q_bf16_to_fp16(typename Traits<C>::T* sQ, float*
   }
 #pragma unroll
   for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
-  int k = 0;  // a zero row, or one holding an inf or NaN (which fp16 keeps), is not scaled
+  int k = 0;  // a zero row, or one holding an inf, is not scaled (fmaxf passes over NaN)
   if (mx > 0.f && mx <= 3.402823466e38f) {
     // k = exponent - 14, kept where 2^k and 2^-k are normal floats.
     k = min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
