@@ -61,10 +61,11 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   constexpr int kChunks = 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
   constexpr int kGroups = T::kD / 8 / kChunks;
   // Adjacent chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
-  // or 1 (d 192 at 96 and 112 keys, d 128 at 176: 1 or 2). The copies of one row share its page
-  // look-up, shuffle and address: with one chunk per thread, a copy took about 16 instructions
-  // in a dependent chain on the producer's 24 registers, and the consumers waited on K for 14%
-  // of their samples (ncu, H200, page 1, 4 x 512 against 8k, d 128: 0.59x the contiguous time).
+  // or 1 (2 at d 128 with 176 keys and d 192 with 96, 1 at d 192 with 112). The copies of one
+  // row share its page look-up, shuffle and address: with one chunk per thread, a copy took
+  // about 16 instructions in a dependent chain on the producer's 24 registers, and the
+  // consumers waited on K for 14% of their samples (ncu, H200, page 1, 4 x 512 against 8k,
+  // d 128: 0.59x the contiguous time).
   constexpr int kPerThread = gather_chunks_per_thread<T>();
   constexpr int kRowThreads = kChunks / kPerThread;  // threads per row
   constexpr int kRowsPerPass = 128 / kRowThreads;
