@@ -919,7 +919,8 @@ TEST_CASE("bf16 queries far outside fp16's range read an e4m3 cache exactly as i
         c.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)) / factor);
         FeatureData d = fa_test::make_feature_data(c, 23);
         for (int64_t i = 0; i < static_cast<int64_t>(d.q.size()) / 2; ++i) {
-          fa_test::store_elem(dtype, d.q.data(), i, fa_test::load_elem(dtype, d.q.data(), i) * factor);
+          double const x = fa_test::load_elem(dtype, d.q.data(), i);
+          fa_test::store_elem(dtype, d.q.data(), i, x * factor);
         }
         fa_test::FeatureReference const reference = fa_test::feature_reference(d);
         int found = 0;

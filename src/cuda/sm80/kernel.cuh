@@ -65,7 +65,8 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // Each query row's power of two with bf16 queries on an e4m3 cache (q_bf16_to_fp16), after
   // the staging (e4m3_smem_bytes).
   float* const row_scale = reinterpret_cast<float*>(
-      smem_raw + (C.B_r + 2 * C.B_c) * C.d_head * sizeof(T) + 2 * C.B_c * 128 * ((C.d_head + 127) / 128));
+      smem_raw + (C.B_r + 2 * C.B_c) * C.d_head * sizeof(T) +
+      2 * C.B_c * 128 * ((C.d_head + 127) / 128));
 
   int const tid = threadIdx.x;
   int const warp = tid / 32;
