@@ -24,41 +24,48 @@
 
 namespace fa::cuda::sm90 {
 
-// The K and V blocks of one tile gathered from a paged cache by the 128 producer threads: each
-// copies one 16-byte chunk of a row per pass, rows past the sequence's keys as zeros (so the
-// table's padding is never followed and no stale value reaches P V), table entries clamped into
-// [0, num_pages). A warp's 32 lanes copy kBc / 4 rows of each block (at d 128: two rows of 16
-// chunks per pass), so each lane looks up the page of one or two of them and the others take it
-// by shuffle: one table load per lane per block instead of one per row and pass, issued for the
-// next block while this block's copies run. (The first version looked every row up just before
-// its copy: 16 dependent global loads per thread and block, 4.8x the contiguous time at page 16
-// on the H200, 4 x 512 against 8k.) Each stage's "full" barrier is signalled after the thread's
-// copies into it complete (cp.async.wait_group) and the proxy fence that makes cp.async's writes
-// visible to wgmma. The order follows the consumers', who with overlap issue block it + 1's
-// Q K^T before block it's P V (mainloop_mma.cuh): K(it) is signalled before the producer waits
-// for anything that needs V(it), and V(it) once K(it + 1)'s copies are in flight. (Signalling a
-// block only after the next block's copies were issued deadlocked: the next block's V stage
-// frees only after a P V that waits for this block's K.) The tile's last V is signalled before
-// the tile ends (the consumers release Q only after it, and the next tile's Q waits for that).
+// 16-byte chunks of a row that one gather pass covers: the whole row at d 64, 128 and 256 (8,
+// 16 or 32: a warp holds whole rows), a 64-column block at a time at d 192 (24 chunks would
+// split rows across warps).
+template <class T>
+constexpr int gather_row_chunks() {
+  return 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
+}
+
 // Adjacent 16-byte chunks a gathering thread copies per row (gather_kv): 4, 2 or 1, the most
 // that leave whole passes of rows over a key block and a power of two of threads per row.
 template <class T>
 constexpr int gather_chunks_per_thread() {
-  constexpr int kChunks = 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
+  constexpr int kChunks = gather_row_chunks<T>();
   for (int n = 4; n > 1; n /= 2) {
     if (kChunks % n == 0 && T::kBc % (128 / (kChunks / n)) == 0) return n;
   }
   return 1;
 }
 
+// The K and V blocks of one tile gathered from a paged cache by the 128 producer threads: each
+// copies 1 to 4 adjacent 16-byte chunks of a row per pass (gather_chunks_per_thread), rows past the
+// sequence's keys as zeros (so the table's padding is never followed and no stale value reaches
+// P V), table entries clamped into [0, num_pages). A warp's 32 lanes copy kBc / 4 rows of each
+// block (at d 128: 8 rows of 16 chunks per pass), so each lane looks up the page of one or two of
+// them and the others take it by shuffle: one table load per lane per block instead of one per row
+// and pass, issued for the next block while this block's copies run. (The first version looked
+// every row up just before its copy: 16 dependent global loads per thread and block, 4.8x the
+// contiguous time at page 16 on the H200, 4 x 512 against 8k.) Each stage's "full" barrier is
+// signalled after the thread's copies into it complete (cp.async.wait_group) and the proxy fence
+// that makes cp.async's writes visible to wgmma. The order follows the consumers', who with overlap
+// issue block it + 1's Q K^T before block it's P V (mainloop_mma.cuh): K(it) is signalled before
+// the producer waits for anything that needs V(it), and V(it) once K(it + 1)'s copies are in
+// flight. (Signalling a block only after the next block's copies were issued deadlocked: the next
+// block's V stage frees only after a P V that waits for this block's K.) The tile's last V is
+// signalled before the tile ends (the consumers release Q only after it, and the next tile's Q
+// waits for that).
 template <class T, bool kGeneral>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
   using Elem = typename T::Elem;
-  // 16-byte chunks of a row that one pass covers: the whole row at d 64, 128 and 256 (8, 16 or
-  // 32: a warp holds whole rows), a 64-column block at a time at d 192 (24 chunks would split
-  // rows across warps), kGroups passes over the block's columns.
-  constexpr int kChunks = 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
+  // 16-byte chunks of a row per pass, kGroups passes over the block's columns.
+  constexpr int kChunks = gather_row_chunks<T>();
   constexpr int kGroups = T::kD / 8 / kChunks;
   // Adjacent chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
   // or 1 (2 at d 128 with 176 keys and d 192 with 96, 1 at d 192 with 112). The copies of one
