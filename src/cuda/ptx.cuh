@@ -152,6 +152,47 @@ __device__ __forceinline__ uint2 e4m3x4_to(uint32_t w) {
   return make_uint2(out[0], out[1]);
 }
 
+// bf16 query rows as fp16 rows times a power of two, for the products against an e4m3 cache
+// that both families run in fp16 (e4m3 becomes fp16 in one instruction per pair, bf16 in five
+// bit operations; docs/performance.md). Each row is multiplied by the 2^-k that puts its
+// largest magnitude in [2^14, 2^15): fp16's 11-bit significand holds every bf16 value (8 bits)
+// within 2^28 of the row's largest exactly, and the rest (subnormal or zero in fp16) are off by
+// at most 2^-25 each, 2^-39 of the row's largest; 2^k, exact, multiplies the row's scores. A
+// row whose largest magnitude is zero, infinite or NaN keeps k = 0 (fmaxf passes over NaN; a
+// row holding an infinity gives inf or NaN scores in bf16 too). The callers own the row's
+// layout in shared memory and the reduction of the maximum over a row's threads.
+
+// The larger of `mx` and the magnitudes of the eight bf16 values in `x`.
+__device__ __forceinline__ float bf16x8_abs_max(uint4 x, float mx) {
+  uint32_t const w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[e] << 16)),
+                         fabsf(__uint_as_float(w[e] & 0xffff0000u))));
+  }
+  return mx;
+}
+
+// k for a row whose largest magnitude is `mx`: its exponent less 14, kept where 2^k and 2^-k
+// are normal floats; 0 for a zero, infinite or NaN maximum.
+__device__ __forceinline__ int bf16_row_exponent(float mx) {
+  if (!(mx > 0.f && mx <= 3.402823466e38f)) return 0;
+  return min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
+}
+
+// 2^k for a k in [-126, 127].
+__device__ __forceinline__ float pow2(int k) { return __uint_as_float(uint32_t(127 + k) << 23); }
+
+// The eight bf16 values in `x` times `down` (a power of two), rounded to fp16.
+__device__ __forceinline__ uint4 bf16x8_to_fp16(uint4 x, float down) {
+  auto lo = [](uint32_t v) { return __uint_as_float(v << 16); };
+  auto hi = [](uint32_t v) { return __uint_as_float(v & 0xffff0000u); };
+  return make_uint4(pack2<__half>(lo(x.x) * down, hi(x.x) * down),
+                    pack2<__half>(lo(x.y) * down, hi(x.y) * down),
+                    pack2<__half>(lo(x.z) * down, hi(x.z) * down),
+                    pack2<__half>(lo(x.w) * down, hi(x.w) * down));
+}
+
 // 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

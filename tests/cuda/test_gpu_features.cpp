@@ -902,8 +902,10 @@ TEST_CASE("bf16 queries far outside fp16's range read an e4m3 cache exactly as i
   // Both families run bf16 queries against an e4m3 cache in fp16, each query row times a
   // power of two that puts its largest magnitude just under fp16's 65504 (q_bf16_to_fp16).
   // Queries of magnitude ~2^20 (past fp16's range) and ~2^-30 (under its smallest subnormal),
-  // with the scale divided by the same factor, are the same attention: a kernel that converted
-  // without scaling rows, or scaled the scores wrongly, would give inf or zero scores.
+  // with the scale divided by the same factor, are attention at ordinary magnitudes: a kernel
+  // that converted without scaling rows, or scaled the scores wrongly, would give inf or zero
+  // scores. Each row also carries its own power of two, 2^-2 to 2^2 (row r: 2^(r % 5 - 2)),
+  // so the rows' exponents differ and a row scored with another row's factor is off 2-16x.
   Gpu gpu;
   for (auto [dtype, dim] : e4m3_shapes()) {
     if (dtype != FA_DTYPE_BF16) continue;
@@ -920,7 +922,8 @@ TEST_CASE("bf16 queries far outside fp16's range read an e4m3 cache exactly as i
         FeatureData d = fa_test::make_feature_data(c, 23);
         for (int64_t i = 0; i < static_cast<int64_t>(d.q.size()) / 2; ++i) {
           double const x = fa_test::load_elem(dtype, d.q.data(), i);
-          fa_test::store_elem(dtype, d.q.data(), i, x * factor);
+          double const row_factor = std::ldexp(1.0, static_cast<int>(i / dim % 5) - 2);
+          fa_test::store_elem(dtype, d.q.data(), i, x * factor * row_factor);
         }
         fa_test::FeatureReference const reference = fa_test::feature_reference(d);
         int found = 0;

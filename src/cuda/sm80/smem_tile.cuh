@@ -209,14 +209,11 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
   });
 }
 
-// bf16 queries against an e4m3 cache, rewritten in place as fp16 so the tile's MMAs run in
-// fp16 with the cache decoded into fp16 (convert_tile_e4m3): each row times a power of two
-// 2^-k that puts its largest magnitude in [2^14, 2^15), 2^k stored in row_scale[row] for the
-// scores (exact: a power of two). Every bf16 value within 2^28 of its row's largest stays
-// exact (fp16's normal range below 2^15; bf16's 8 significant bits fit fp16's 11); smaller
-// ones round into fp16's subnormals or to zero, as their products would vanish beside the
-// row's largest in fp32 anyway. All kThreads threads, kThreads / B_r per row (2 at B_r 64, 4
-// warps), after Q has landed and before any thread reads it (the caller's barriers).
+// bf16 queries against an e4m3 cache, rewritten in place as fp16 rows times powers of two
+// (ptx.cuh's bf16x8_to_fp16 says how and why), so the tile's MMAs run in fp16 with the cache
+// decoded into fp16 (convert_tile_e4m3); 2^k goes to row_scale[row] for the scores. All
+// kThreads threads, kThreads / B_r per row (2 at B_r 64, 4 warps), after Q has landed and
+// before any thread reads it (the caller's barriers).
 template <KernelConfig C>
 __device__ __forceinline__ void q_bf16_to_fp16(typename Traits<C>::T* sQ, float* row_scale,
                                                int tid) {
@@ -229,32 +226,17 @@ __device__ __forceinline__ void q_bf16_to_fp16(typename Traits<C>::T* sQ, float*
   auto at = [&](int j) {
     return tile + 2 * tile_offset<C.B_r, C.swizzled>(row, 8 * (tid % kPerRow + kPerRow * j));
   };
-  auto lo = [](uint32_t x) { return __uint_as_float(x << 16); };
-  auto hi = [](uint32_t x) { return __uint_as_float(x & 0xffff0000u); };
   float mx = 0.f;
 #pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    uint4 const x = ptx::ld_shared_16(at(j));
-    uint32_t const w[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) mx = fmaxf(mx, fmaxf(fabsf(lo(w[e])), fabsf(hi(w[e]))));
-  }
+  for (int j = 0; j < kChunks; ++j) mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j)), mx);
 #pragma unroll
   for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
-  int k = 0;  // a zero row, or one holding an inf, is not scaled (fmaxf passes over NaN)
-  if (mx > 0.f && mx <= 3.402823466e38f) {
-    // k = exponent - 14, kept where 2^k and 2^-k are normal floats.
-    k = min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
-  }
-  float const down = __uint_as_float(uint32_t(127 - k) << 23);
-  if (tid % kPerRow == 0) row_scale[row] = __uint_as_float(uint32_t(127 + k) << 23);
+  int const k = ptx::bf16_row_exponent(mx);
+  float const down = ptx::pow2(-k);
+  if (tid % kPerRow == 0) row_scale[row] = ptx::pow2(k);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    uint4 const x = ptx::ld_shared_16(at(j));
-    ptx::st_shared_16(at(j), make_uint4(ptx::pack2<__half>(lo(x.x) * down, hi(x.x) * down),
-                                        ptx::pack2<__half>(lo(x.y) * down, hi(x.y) * down),
-                                        ptx::pack2<__half>(lo(x.z) * down, hi(x.z) * down),
-                                        ptx::pack2<__half>(lo(x.w) * down, hi(x.w) * down)));
+    ptx::st_shared_16(at(j), ptx::bf16x8_to_fp16(ptx::ld_shared_16(at(j)), down));
   }
 }
 

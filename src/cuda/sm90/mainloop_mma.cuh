@@ -38,20 +38,15 @@ struct Turns {
   }
 };
 
-// bf16 queries against an e4m3 cache (kernel.cuh's kE4M3 instantiation, whose products run in fp16:
-// e4m3 becomes fp16 in one instruction per pair, bf16 in five bit operations, and those conversions
-// of every K and V block held the bf16 queries at 0.63-0.71x the 16-bit cache's speed where fp16
-// queries ran at 0.90-0.94x; docs/performance.md). Once per tile, after Q's TMA has landed, the
-// consumer warpgroup rewrites its 64 rows of the Q tile in place as fp16, each row times the power
-// of two 2^-k that puts its largest magnitude in [2^14, 2^15): fp16's 11-bit significand holds
-// every bf16 value (8 bits) within 2^28 of the row's largest exactly, and the rest (subnormal or
-// zero in fp16) are off by at most 2^-25 each, 2^-39 of the row's largest. Returns 2^k for the
-// thread's rows r0 and r0 + 8 (the factor of their scores, exact: a power of two). A row whose
-// largest magnitude is zero, infinite or NaN keeps k = 0 (fmaxf skips NaN; a row holding an
-// infinity gives inf or NaN scores in bf16 too). The quad holding a row in the accumulator layout
-// converts it, a quarter of its 16-byte chunks each: in place, so the swizzle plays no part. Then
-// the stores are fenced for the async proxy (wgmma reads the tile) and the warpgroup meets on its
-// named barrier.
+// bf16 queries against an e4m3 cache (kernel.cuh's kE4M3 instantiation, whose products run in
+// fp16; ptx.cuh's bf16x8_to_fp16 says how and why): once per tile, after Q's TMA has landed,
+// the consumer warpgroup rewrites its 64 rows of the Q tile in place as fp16 rows times powers
+// of two, and returns 2^k for the thread's rows r0 and r0 + 8 (their scores' factor). With the
+// bf16 conversions in the key loop the queries ran at 0.63-0.71x the 16-bit cache's speed where
+// fp16 queries ran at 0.90-0.94x. The quad holding a row in the accumulator layout converts it,
+// a quarter of its 16-byte chunks each: in place, so the swizzle plays no part. Then the stores
+// are fenced for the async proxy (wgmma reads the tile) and the warpgroup meets on its named
+// barrier.
 template <class T>
 __device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, int lane,
                                                float (&row_scale)[2]) {
@@ -60,42 +55,23 @@ __device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int const row = wg * 64 + r0 + 8 * r;
-    uint32_t at[kChunks], x[kChunks][4];
+    uint32_t at[kChunks];
+    uint4 x[kChunks];
     float mx = 0.f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
       int const chunk = lane % 4 + 4 * j;  // the row's chunks: 8 per 64-column block
       at[j] = tile + uint32_t((chunk / 8) * T::kBr * 128 + row * 128 + (chunk % 8) * 16);
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(x[j][0]), "=r"(x[j][1]), "=r"(x[j][2]), "=r"(x[j][3])
-                   : "r"(at[j]));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(x[j][e] << 16)),
-                             fabsf(__uint_as_float(x[j][e] & 0xffff0000u))));
-      }
+      x[j] = ptx::ld_shared_16(at[j]);
+      mx = ptx::bf16x8_abs_max(x[j], mx);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    int k = 0;
-    if (mx > 0.f && mx <= 3.402823466e38f) {
-      // k = exponent - 14, kept where 2^k and 2^-k are normal floats.
-      k = min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
-    }
-    float const down = __uint_as_float(uint32_t(127 - k) << 23);
-    row_scale[r] = __uint_as_float(uint32_t(127 + k) << 23);
+    int const k = ptx::bf16_row_exponent(mx);
+    float const down = ptx::pow2(-k);
+    row_scale[r] = ptx::pow2(k);
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-      uint32_t h[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        h[e] = ptx::pack2<__half>(__uint_as_float(x[j][e] << 16) * down,
-                                  __uint_as_float(x[j][e] & 0xffff0000u) * down);
-      }
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-                   ::"r"(at[j]), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3])
-                   : "memory");
-    }
+    for (int j = 0; j < kChunks; ++j) ptx::st_shared_16(at[j], ptx::bf16x8_to_fp16(x[j], down));
   }
   fence_proxy_async_shared();
   named_sync(3 + wg, 128);
