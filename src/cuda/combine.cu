@@ -14,9 +14,10 @@ namespace fa::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxSplits = 256;  // fa_config.num_splits' bound
-constexpr int kBatch = 8;        // partial loads a combine lane keeps in flight
+constexpr int kWarpsPerBlock = 8;  // merge_kernel
+constexpr int kCombineWarps = 4;   // combine_kernel: its staging takes 32 KiB of shared memory
+constexpr int kMaxSplits = 256;    // fa_config.num_splits' bound
+constexpr int kBatch = 16;         // partial loads a combine lane keeps in flight
 
 }  // namespace
 
@@ -57,9 +58,10 @@ __device__ __forceinline__ float warp_sum(float x) {
 // lane accumulates 4 adjacent columns of sum_s w_s O_s per 128-column step (head_dim is a
 // multiple of 8, so float4 loads of the fp32 partials stay aligned when d % 4 == 0).
 template <class T>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(__grid_constant__ ForwardParams const p, int head_dim) {
-  __shared__ float weights[kWarpsPerBlock][kMaxSplits];
-  __shared__ float4 staged[kWarpsPerBlock][kBatch][32];  // each lane's partials in flight
+__global__ void __launch_bounds__(kCombineWarps * 32)
+    combine_kernel(__grid_constant__ ForwardParams const p, int head_dim) {
+  __shared__ float weights[kCombineWarps][kMaxSplits];
+  __shared__ float4 staged[kCombineWarps][kBatch][32];  // each lane's partials in flight
   // Launched as a programmatic dependent of the split forward kernel (sm_90): it may start while
   // that kernel's last blocks run, and waits here until their partials are written.
   ptx::wait_for_prior_grids();
@@ -67,11 +69,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(__grid_con
   ptx::allow_dependent_grids();
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
-  int64_t const item = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  int64_t const item = int64_t(blockIdx.x) * kCombineWarps + warp;
   if (item >= int64_t(p.partial_rows) * p.heads_q) return;  // uniform per warp
   int64_t const row = item / p.heads_q;
   int const head = static_cast<int>(item % p.heads_q);
   int const splits = p.num_splits;
+  int64_t const split_stride = int64_t(p.partial_rows) * p.heads_q * head_dim;
+  float const* const partial = p.o_partial + (row * p.heads_q + head) * head_dim;
+
+  // kBatch partials in flight before the first add, through cp.async into this lane's own
+  // shared slots: one load at a time (a load per split, each beside its add, as the compiler
+  // scheduled plain and volatile loads alike) took 11.6 us for the 16 splits of a 1 x 8k decode
+  // on the H200 (ncu), about 0.7 us of L2 latency per split. A batch past the last split
+  // re-reads it with weight 0; a split of weight 0 (no visible key, or an LSE far below the
+  // top) is read but not added: its partial may hold anything.
+  auto issue = [&](int s0, int c) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      ptx::cp_async_16(ptx::smem_addr(&staged[warp][j][lane]),
+                       partial + min(s0 + j, splits - 1) * split_stride + c);
+    }
+    ptx::cp_async_commit();
+  };
+  // The first batch loads beside the LSEs, not after them: two L2 round trips where there
+  // were three for 16 splits.
+  if (lane * 4 < head_dim) issue(0, lane * 4);
 
   float top = -INFINITY;
   for (int s = lane; s < splits; s += 32) {
@@ -81,12 +103,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(__grid_con
   float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
   float const m = fmaxf(top, sink);
   float sum = 0.f;
-  if (m != -INFINITY) {
-    for (int s = lane; s < splits; s += 32) {
-      float const e = __expf(p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row] - m);
-      weights[warp][s] = e;
-      sum += e;
-    }
+  for (int s = lane; s < splits; s += 32) {
+    float const l = p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row];
+    float const e = m == -INFINITY ? 0.f : __expf(l - m);
+    weights[warp][s] = e;
+    sum += e;
   }
   sum = warp_sum(sum) + (sink != -INFINITY ? __expf(sink - m) : 0.f);
   __syncwarp();
@@ -104,35 +125,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(__grid_con
   }
   if (p.lse != nullptr && lane == 0) p.lse[lse_at] = lse;
   T* out = static_cast<T*>(p.o) + o_at;
-  int64_t const split_stride = int64_t(p.partial_rows) * p.heads_q * head_dim;
-  float const* const partial = p.o_partial + (row * p.heads_q + head) * head_dim;
   for (int c = lane * 4; c < head_dim; c += 128) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (sum > 0.f) {
-      // kBatch partials in flight before the first add, through cp.async into this lane's
-      // own shared slots: one load at a time (a load per split, each beside its add, as the
-      // compiler scheduled plain and volatile loads alike) took 11.6 us for the 16 splits of a
-      // 1 x 8k decode on the H200 (ncu), about 0.7 us of L2 latency per split. A batch past
-      // the last split re-reads it with weight 0; a split of weight 0 (no visible key, or an
-      // LSE far below the top) is read but not added: its partial may hold anything.
-      for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+      if (c != lane * 4 || s0 != 0) issue(s0, c);
+      ptx::cp_async_wait<0>();
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          ptx::cp_async_16(ptx::smem_addr(&staged[warp][j][lane]),
-                           partial + min(s0 + j, splits - 1) * split_stride + c);
-        }
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<0>();
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          uint4 const bits = ptx::ld_shared_16(ptx::smem_addr(&staged[warp][j][lane]));
-          float const w = s0 + j < splits ? weights[warp][s0 + j] : 0.f;
-          if (w != 0.f) {
-            acc.x += w * __uint_as_float(bits.x);
-            acc.y += w * __uint_as_float(bits.y);
-            acc.z += w * __uint_as_float(bits.z);
-            acc.w += w * __uint_as_float(bits.w);
-          }
+      for (int j = 0; j < kBatch; ++j) {
+        uint4 const bits = ptx::ld_shared_16(ptx::smem_addr(&staged[warp][j][lane]));
+        float const w = s0 + j < splits ? weights[warp][s0 + j] : 0.f;
+        if (w != 0.f) {
+          acc.x += w * __uint_as_float(bits.x);
+          acc.y += w * __uint_as_float(bits.y);
+          acc.z += w * __uint_as_float(bits.z);
+          acc.w += w * __uint_as_float(bits.w);
         }
       }
     }
@@ -176,11 +182,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) merge_kernel(__grid_const
 }
 
 template <class Kernel, class... Args>
-cudaError_t launch(Kernel kernel, int64_t items, bool programmatic, cudaStream_t stream,
-                   Args const&... args) {
+cudaError_t launch(Kernel kernel, int warps, int64_t items, bool programmatic,
+                   cudaStream_t stream, Args const&... args) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(warp_blocks(items)));
-  config.blockDim = dim3(kWarpsPerBlock * 32);
+  config.gridDim = dim3(static_cast<unsigned>((items + warps - 1) / warps));
+  config.blockDim = dim3(warps * 32);
   config.stream = stream;
   cudaLaunchAttribute attribute = programmatic_attribute();
   if (programmatic) {
@@ -197,15 +203,17 @@ int64_t warp_blocks(int64_t items) { return (items + kWarpsPerBlock - 1) / kWarp
 cudaError_t launch_combine(ForwardParams const& params, DType dtype, int head_dim,
                            bool programmatic, cudaStream_t stream) {
   int64_t const items = int64_t(params.partial_rows) * params.heads_q;
-  return dtype == DType::kFP16
-             ? launch(combine_kernel<__half>, items, programmatic, stream, params, head_dim)
-             : launch(combine_kernel<__nv_bfloat16>, items, programmatic, stream, params, head_dim);
+  return dtype == DType::kFP16 ? launch(combine_kernel<__half>, kCombineWarps, items,
+                                        programmatic, stream, params, head_dim)
+                               : launch(combine_kernel<__nv_bfloat16>, kCombineWarps, items,
+                                        programmatic, stream, params, head_dim);
 }
 
 cudaError_t launch_merge(MergeParams const& params, DType dtype, cudaStream_t stream) {
   int64_t const items = params.batch * params.seqlen * params.heads;
-  return dtype == DType::kFP16 ? launch(merge_kernel<__half>, items, false, stream, params)
-                               : launch(merge_kernel<__nv_bfloat16>, items, false, stream, params);
+  return dtype == DType::kFP16
+             ? launch(merge_kernel<__half>, kWarpsPerBlock, items, false, stream, params)
+             : launch(merge_kernel<__nv_bfloat16>, kWarpsPerBlock, items, false, stream, params);
 }
 
 }  // namespace fa::cuda
