@@ -553,12 +553,14 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
             # would silently become the default.
             raise ValueError(f"softmax_scale = {softmax_scale} is 0 in float32; pass None for "
                              "1/sqrt(head_dim)")
-    if o is None and tq.dtype == _ffi.FA_DTYPE_E4M3:
-        o, to = _fp8_output(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]), handle)
-    elif o is None:
-        # out is q's shape with v's last dimension (head_dim_v).
-        o, to = _tensors.new_output(tq, tuple(tq.shape[:-1]) + tuple(tv.shape[-1:]), "out",
-                                    handle)
+    if o is None:
+        # out is q's shape with v's last dimension (head_dim_v), sliced as tuples: a slice of a
+        # torch.Size builds another torch.Size (0.1 us), and this line took 0.3 us, not 0.2.
+        shape = tuple(tq.shape)[:-1] + tuple(tv.shape)[-1:]
+        if tq.dtype == _ffi.FA_DTYPE_E4M3:
+            o, to = _fp8_output(tq, shape, handle)
+        else:
+            o, to = _tensors.new_output(tq, shape, "out", handle)
     elif _read_only(o):
         raise ValueError("out is read-only")
     else:
@@ -633,42 +635,42 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
 
 
 # fa_run_args as machine words (every field is 8 bytes on the 64-bit platforms the library
-# builds for), filled by one slice assignment of the fields after struct_size, in the struct's
-# order: cu_seqlens_q, cu_seqlens_k, cache_seqlens, block_table, alibi_slopes, sinks, workspace,
-# workspace_size (words 1-8). Words 9-11, the FP8 descale pointers appended in 0.3.0, stay the
-# NULL that fa_run_args_init wrote except during a call given descales (_run_ex). Each thread
-# fills its own struct (_run_args): building a fa_run_args per call, initialising it through
-# ctypes and setting one pointer with ctypes.cast took 5 us on the CI machine, each further
-# pointer 1 more; the slice assignment takes 0.25.
+# builds for), in the struct's order: struct_size, then cu_seqlens_q, cu_seqlens_k,
+# cache_seqlens, block_table, alibi_slopes, sinks, workspace, workspace_size (words 1-8), then
+# the FP8 descale pointers appended in 0.3.0 (words 9-11), which stay the NULL that
+# fa_run_args_init wrote except during a call given descales (_run_ex). Each thread fills its
+# own structs (_run_args): building a fa_run_args per call, initialising it through ctypes and
+# setting one pointer with ctypes.cast took 5 us on the CI machine, each further pointer 1 more.
+# A thread has three. "run_args" takes any call: _run_ex() fills words 1-8 (0.2 us).
+# "varlen_args" and "kvcache_args" take the calls of forward_varlen() and forward_kvcache()
+# with no per-head array or descale, which store their two arrays and the workspace alone
+# (words 1-2 or 3-4, and 7-8): four stores, 0.1 us where building the eight words and filling
+# them took 0.2, every other word staying as fa_run_args_init wrote it.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _RUN_WORDS = ctypes.sizeof(_ffi.fa_run_args) // _WORD
-_NO_AUX = (None,) * 7 + (0,)  # no array, no workspace, workspace_size 0
+_NO_ARRAYS = (None,) * 6  # no cu_seqlens, cache_seqlens, block_table, slopes or sinks
 _thread = threading.local()
 
 
-def _run_args():
-    """This thread's fa_run_args as (words, address). Per thread because ctypes releases the GIL
-    during the library call, which reads the struct: another thread must not refill it then."""
+def _run_args(name="run_args"):
+    """This thread's fa_run_args `name` (see above) as (words, address). Per thread because
+    ctypes releases the GIL during the library call, which reads the struct: another thread
+    must not refill it then."""
     try:
-        return _thread.run_args
+        return getattr(_thread, name)
     except AttributeError:
         args = _ffi.fa_run_args()
         check(_ffi.lib().fa_run_args_init(ctypes.byref(args)))
         # The array view holds a reference to args, so the pair keeps the struct alive.
-        _thread.run_args = ((ctypes.c_void_p * _RUN_WORDS).from_buffer(args),
-                            ctypes.addressof(args))
-        return _thread.run_args
+        words = ((ctypes.c_void_p * _RUN_WORDS).from_buffer(args), ctypes.addressof(args))
+        setattr(_thread, name, words)
+        return words
 
 
-def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, pointers,
-            workspace, descales=None):
-    """Runs `plan` through fa_plan_run_ex. `pointers` are fa_run_args' fields after struct_size
-    (the six array addresses, None where absent, then workspace and workspace_size), read by
-    the caller after the plan lookup (a plan of None returns before them). The workspace comes
-    from the caller's float32 array `workspace`, else is allocated here where the plan splits on
-    a GPU. Every pointer is read before the struct is filled: a producer's __dlpack__ runs
-    Python, which may call into this package on the same thread."""
-    keepalive = None
+def _scratch(plan, workspace, tq, key, handle):
+    """(address, bytes, keepalive) of the split-KV scratch of a run of `plan`: the caller's
+    float32 array `workspace`, else one allocated here where the plan splits on a GPU, else
+    (None, 0, None). keepalive must be held until the run is enqueued."""
     if workspace is not None:
         ptr, got, device, keepalive = _tensors.describe_aux(workspace, "workspace", "float32",
                                                             handle)
@@ -677,8 +679,8 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
         size = 4
         for n in got:
             size *= n
-        pointers = pointers[:6] + (ptr, size)
-    elif plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
+        return ptr, size, keepalive
+    if plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
         # Split-KV partials, allocated by q's library on its stream-ordered allocator
         # (PyTorch's caching allocator makes this a free-list pop, and inside a CUDA graph
         # capture a block of the graph's private pool). A producer this package cannot
@@ -690,12 +692,25 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
             if key[0][5] > 1:  # a forced num_splits
                 raise
         else:
-            pointers = pointers[:6] + (ptr, plan.workspace)
+            return ptr, plan.workspace, keepalive
+    return None, 0, None
+
+
+def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, arrays,
+            workspace, descales=None):
+    """Runs `plan` through fa_plan_run_ex. `arrays` are the addresses of fa_run_args' six
+    arrays (cu_seqlens_q to sinks, None where absent), read by the caller after the plan lookup
+    (a plan of None returns before them); the workspace is _scratch()'s. Every pointer is read
+    before the struct is filled: a producer's __dlpack__ runs Python, which may call into this
+    package on the same thread."""
+    ptr, size, keepalive = _scratch(plan, workspace, tq, key, handle)
     try:
         words, address = _thread.run_args
     except AttributeError:  # _run_args() inline: one Python frame less per call
         words, address = _run_args()
-    words[1:9] = pointers
+    words[1:7] = arrays
+    words[7] = ptr
+    words[8] = size
     if descales is None:
         status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
                                    None if tlse is None else tlse.ptr, address, handle)
@@ -715,6 +730,8 @@ def _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse, po
 
 
 _NO_DESCALES = (None, None, None)
+_NO_DESCALE = (None, None)  # _descales() of no array
+_NO_SCRATCH = (None, 0, None)  # _scratch() of a run that needs none
 
 
 _DESCALE_NAMES = ("q_descale", "k_descale", "v_descale")
@@ -916,7 +933,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
             return (o, lse) if return_lse else o
         if workspace is not None or plan.workspace:
             return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                           _NO_AUX, workspace)
+                           _NO_ARRAYS, workspace)
         # fa_plan_run here rather than in a helper: a Python frame of eleven arguments costs
         # 0.1 us of the 9 a call takes on the CI machine (numpy, the C call stubbed).
         status = ctx._owner.run(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
@@ -943,7 +960,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
                                                     described, descale, tq.shape[0],
                                                     tk.shape[heads], tq.device, handle)
     return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                   (None, None, None, None, alibi, sink, None, 0), workspace, descales)
+                   (None, None, None, None, alibi, sink), workspace, descales)
 
 
 def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
@@ -1003,7 +1020,7 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         heads_q = getattr(q, "shape", (0, 0))[1] if len(getattr(q, "shape", ())) == 3 else 0
         features = _features("varlen", window, softcap, alibi_slopes, sinks, batch, heads_q,
                              extra=extra)
-    descale, described = (_NO_DESCALES[:2] if q_descale is None and k_descale is None and
+    descale, described = (_NO_DESCALE if q_descale is None and k_descale is None and
                           v_descale is None else _descales(q_descale, k_descale, v_descale))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k, v, out, return_lse, stream, causal,
                                                           softmax_scale, kernel, "bshd", features,
@@ -1020,33 +1037,32 @@ def forward_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     cu_k = _tensors.describe_aux(cu_seqlens_k, "cu_seqlens_k", "int32", handle)
     if cu_k[1] != rows or cu_k[2] != device:
         _aux_mismatch("cu_seqlens_k", cu_k, rows, device)
-    if alibi_slopes is None and sinks is None:
-        pointers = (cu_q[0], cu_k[0], None, None, None, None, None, 0)
-    else:
-        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, tq.shape[1], device,
-                                                   handle)
-        pointers = (cu_q[0], cu_k[0], None, None, alibi, sink, None, 0)
-    # cu_q and cu_k hold their capsules (keepalive) through the call.
+    # cu_q and cu_k hold their capsules (keepalive), keep_scratch the scratch, through the call.
+    if alibi_slopes is None and sinks is None and descale is None:
+        # _run_ex() inline on this thread's forward_varlen struct, as in forward_kvcache().
+        ptr, size, keep_scratch = (_NO_SCRATCH if workspace is None and not plan.workspace else
+                                   _scratch(plan, workspace, tq, key, handle))
+        try:
+            words, address = _thread.varlen_args
+        except AttributeError:
+            words, address = _run_args("varlen_args")
+        words[1] = cu_q[0]
+        words[2] = cu_k[0]
+        words[7] = ptr
+        words[8] = size
+        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                                   None if tlse is None else tlse.ptr, address, handle)
+        if status:
+            check(status)
+        return (o, lse) if return_lse else o
+    alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, tq.shape[1], device, handle)
+    descales = None
     if descale is not None:
         descales, keep_descales = _descale_pointers((q_descale, k_descale, v_descale),
                                                     described, descale, batch, tk.shape[1],
                                                     device, handle)
-        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                       pointers, workspace, descales)
-    if workspace is not None or plan.workspace:
-        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                       pointers, workspace)
-    # _run_ex() inline without its workspace, as in forward_kvcache().
-    try:
-        words, address = _thread.run_args
-    except AttributeError:
-        words, address = _run_args()
-    words[1:9] = pointers
-    status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
-                               None if tlse is None else tlse.ptr, address, handle)
-    if status:
-        check(status)
-    return (o, lse) if return_lse else o
+    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                   (cu_q[0], cu_k[0], None, None, alibi, sink), workspace, descales)
 
 
 def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
@@ -1109,7 +1125,7 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         batch, heads_q = (shape[0], shape[2]) if len(shape) == 4 else (0, 0)
         features = _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q,
                              num_splits, extra)
-    descale, described = (_NO_DESCALES[:2] if q_descale is None and k_descale is None and
+    descale, described = (_NO_DESCALE if q_descale is None and k_descale is None and
                           v_descale is None else _descales(q_descale, k_descale, v_descale))
     tq, tk, tv, to, tlse, o, lse, handle, key = _prepare(q, k_cache, v_cache, out, return_lse,
                                                           stream, causal, softmax_scale, kernel,
@@ -1134,34 +1150,34 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
         if table[2] != device:
             _aux_mismatch("block_table", table, table[1], device)
         pages = table[0]
-    if alibi_slopes is None and sinks is None:
-        pointers = (None, None, lens[0], pages, None, None, None, 0)
-    else:
-        alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, tq.shape[2], device,
-                                                   handle)
-        pointers = (None, None, lens[0], pages, alibi, sink, None, 0)
-    # lens and table hold their capsules (keepalive) through the call.
+    # lens and table hold their capsules (keepalive), keep_scratch the scratch, through the call.
+    if alibi_slopes is None and sinks is None and descale is None:
+        # _run_ex() inline on this thread's forward_kvcache struct (see _run_args): its frame
+        # of fifteen arguments and its eight words cost 0.3 us of the 7 a call takes on the CI
+        # machine (PyTorch tensors, the C call stubbed).
+        ptr, size, keep_scratch = (_NO_SCRATCH if workspace is None and not plan.workspace else
+                                   _scratch(plan, workspace, tq, key, handle))
+        try:
+            words, address = _thread.kvcache_args
+        except AttributeError:
+            words, address = _run_args("kvcache_args")
+        words[3] = lens[0]
+        words[4] = pages
+        words[7] = ptr
+        words[8] = size
+        status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
+                                   None if tlse is None else tlse.ptr, address, handle)
+        if status:
+            check(status)
+        return (o, lse) if return_lse else o
+    alibi, sink, keepalive = _slopes_and_sinks(alibi_slopes, sinks, tq.shape[2], device, handle)
+    descales = None
     if descale is not None:
         descales, keep_descales = _descale_pointers((q_descale, k_descale, v_descale),
                                                     described, descale, batch, tk.shape[2],
                                                     device, handle)
-        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                       pointers, workspace, descales)
-    if workspace is not None or plan.workspace:
-        return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
-                       pointers, workspace)
-    # _run_ex() inline without its workspace: its frame of fourteen arguments and its workspace
-    # tests cost 0.15 us of the 11 a call takes on the CI machine (numpy, the C call stubbed).
-    try:
-        words, address = _thread.run_args
-    except AttributeError:
-        words, address = _run_args()
-    words[1:9] = pointers
-    status = ctx._owner.run_ex(plan.handle, tq.ptr, tk.ptr, tv.ptr, to.ptr,
-                               None if tlse is None else tlse.ptr, address, handle)
-    if status:
-        check(status)
-    return (o, lse) if return_lse else o
+    return _run_ex(ctx, plan, tq, tk, tv, to, tlse, o, lse, handle, key, return_lse,
+                   (None, None, lens[0], pages, alibi, sink), workspace, descales)
 
 
 def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,

@@ -47,6 +47,10 @@ class _FakeTorch(types.ModuleType):
             def new_empty(self, shape, dtype=None):
                 return Tensor(shape, self.device_index, dtype or self.dtype)
 
+            def new_empty_strided(self, shape, strides, dtype=None):
+                assert strides == _tensors._torch_strides(tuple(shape))  # all the fake makes
+                return Tensor(shape, self.device_index, dtype or self.dtype)
+
             def __dlpack_device__(self):
                 return (_tensors._DL_CUDA, self.device_index)
 
