@@ -128,6 +128,7 @@ ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {
   int64_t const rows = p.seqlen_q * (s.pack_gqa ? f.q_heads_per_kv : 1);
   f.n_q_blocks = static_cast<int32_t>((rows + B_r - 1) / B_r);
   f.num_splits = s.num_splits;
+  f.key_split = s.key_split ? 1 : 0;
 
   f.layout = static_cast<int32_t>(p.layout);
   f.total_q = static_cast<int32_t>(p.total_q);

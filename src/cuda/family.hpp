@@ -25,6 +25,7 @@ struct Schedule {
   bool general = false;        // needs the kernels' general instantiation (KernelEntry::launch)
   int64_t blocks = 0;          // thread blocks of the forward kernel
   size_t workspace_bytes = 0;  // split-KV partials; 0 when unsplit
+  bool key_split = false;      // the warps share each key block (ForwardParams::key_split)
 };
 
 struct KernelFamily {

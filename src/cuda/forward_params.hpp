@@ -85,6 +85,10 @@ struct ForwardParams {
   int32_t descale_per_head;
   float const* __restrict__ k_descale;
   float const* __restrict__ v_descale;
+
+  // The mma.sync decode tiles' key split (kernel.cuh's kKeySplit): every query row of every tile
+  // fits one warp's 16 rows, so the warps share each key block instead of the rows.
+  int32_t key_split;
 };
 
 }  // namespace fa::cuda

@@ -51,11 +51,19 @@ int decode_rank(KernelConfig const& k, Problem const& p) {
   return k.B_c == kDecodeKeys ? 2 : 1;
 }
 
+// The key split (kernel.cuh's kKeySplit) for a decode tile whose every tile's rows fit one
+// warp's 16 (seqlen_q times the packed heads), with a 16-bit cache.
+bool key_split(KernelConfig const& k, Problem const& p, bool pack) {
+  int64_t const rows = p.seqlen_q * (pack ? p.heads_q / p.heads_kv : 1);
+  return rules::fp8_kv_tile(k) && p.kv_dtype != DType::kE4M3 && rows <= k.B_r / k.n_warps;
+}
+
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
                   bool allow_split) {
   KernelConfig const& k = kernel.config;
   Schedule s;
   s.pack_gqa = pack_gqa(k, p);
+  s.key_split = key_split(k, p, s.pack_gqa);
   int64_t const base = unsplit_blocks(k.B_r, p, s.pack_gqa);
   // The split count fills one wave of resident blocks (blocks_per_sm of them per SM), or one
   // block per SM where splits would be short (choose_splits).
@@ -65,7 +73,8 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   int const splits = choose_splits(p, base, capacity, device.sm_count, k.B_c, allow_split);
   s.num_splits = splits;
   s.blocks = base * splits;
-  s.general = needs_general(p, k.d_head, s.pack_gqa, splits);
+  // The key split is the general instantiation's.
+  s.general = needs_general(p, k.d_head, s.pack_gqa, splits) || s.key_split;
   if (splits > 1) s.workspace_bytes = split_workspace_bytes(p, splits);
   return s;
 }

@@ -35,7 +35,15 @@ namespace fa::cuda::sm80 {
 // (smem_tile.cuh), the MMAs run in fp16 (bf16 queries rewritten as fp16 rows times a power of
 // two, q_bf16_to_fp16), the scores scaled by k_descale (and each row's power of two) and O by
 // v_descale.
-template <KernelConfig C, bool kGeneral, bool kE4M3Kv>
+// kKeySplit (a general instantiation of the decode tiles with a 16-bit cache, where the tile's
+// rows fit one warp's 16: ForwardParams::key_split) gives each warp a quarter of every key
+// block's keys over all the tile's rows instead of a quarter of the rows over all keys, and
+// merges the warps' partial results through shared memory at the end. A decode tile holds a
+// few packed rows (4 with 32/8 heads), so otherwise one warp of four computes and three wait on
+// the barriers: ncu on a 1 x 8k step (H200, d 128) found one warp per scheduler issuing 0.11
+// instructions a cycle, stalled on barriers, instruction fetch and fixed latencies more than on
+// memory (1.6 TB/s).
+template <KernelConfig C, bool kGeneral, bool kE4M3Kv, bool kKeySplit = false>
 __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   using Tr = Traits<C>;
   using T = typename Tr::T;
@@ -48,6 +56,14 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   constexpr bool kQToFp16 = kE4M3Kv && !std::is_same_v<T, __half>;
   constexpr int kMT = Tr::kMTiles;
   static_assert(!kE4M3Kv || (kGeneral && rules::fp8_kv_tile(C)), "e4m3 caches: general, 64-row tiles");
+  // Warps sharing a key block, and each warp's n8 key tiles and k16 key steps of it.
+  constexpr int kKS = kKeySplit ? C.n_warps : 1;
+  constexpr int kKT = Tr::kKeyTiles / kKS;
+  constexpr int kKSteps = Tr::kKeySteps / kKS;
+  constexpr int kPVGroup = Tr::kPVGroup < kKSteps ? Tr::kPVGroup : kKSteps;
+  static_assert(!kKeySplit || (kGeneral && !kE4M3Kv && rules::fp8_kv_tile(C) && kMT == 1 &&
+                               kKT % 2 == 0 && kKSteps >= 1 && kKSteps % kPVGroup == 0),
+                "key split: the decode tiles' 16-bit instantiation, one m16 tile per warp");
 
   // Launched as a programmatic dependent of the stream's previous kernel (sm_90: launch.cpp):
   // nothing is read before that kernel has finished and its writes are visible. The stream's
@@ -186,7 +202,13 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   //   K (B operand of Q K^T, K is n x k row-major = "col" B): lanes give key rows lane % 8 (+8 for
   //     lanes 16-31) at column (lane & 8), so one x4 yields b0/b1 of two adjacent n8 key tiles.
   //   V (B operand of P V, transposed): lanes give key rows lane % 16 at column (lane / 16) * 8.
-  int const q_ld_row = warp * Tr::kRowsPerWarp + lane % 16;
+  // The warp's first tile row (every warp's is row 0 with the key split) and first key of a
+  // block, and that key's byte offset in the K and V tiles (64-column slabs of 128-byte rows;
+  // a multiple of 8 rows keeps the swizzle).
+  int const warp_row0 = kKeySplit ? 0 : warp * Tr::kRowsPerWarp;
+  int const warp_key0 = kKeySplit ? warp * (C.B_c / kKS) : 0;
+  uint32_t const kv_off = uint32_t(warp_key0) * 64 * sizeof(T);
+  int const q_ld_row = warp_row0 + lane % 16;
   int const q_ld_col = (lane / 16) * 8;
   int const k_ld_row = lane % 8 + 8 * (lane / 16);
   int const k_ld_col = lane & 8;
@@ -198,7 +220,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   int const t = lane % 4;
   // A warp whose rows all lie past the tile's last row (a decode tile of 4 packed rows uses one
   // warp of four) skips its MMAs and softmax; it still copies tiles and meets every barrier.
-  bool const warp_active = !kGeneral || warp * Tr::kRowsPerWarp < q_rows;
+  bool const warp_active = !kGeneral || kKeySplit || warp * Tr::kRowsPerWarp < q_rows;
 
   int const n_visit = block_end - block_begin;
   if (paged && n_visit > 0) look_up_pages(block_begin);
@@ -256,7 +278,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // Accumulator row (mt, h) of this lane within the tile; rows past the tile's end act as the
   // last one (their results are never stored).
   auto tile_row = [&](int mt, int h) {
-    return min(warp * Tr::kRowsPerWarp + mt * 16 + g + 8 * h, q_rows - 1);
+    return min(warp_row0 + mt * 16 + g + 8 * h, q_rows - 1);
   };
   // The factor of each accumulator row's scores: k_descale, times the row's power of two where
   // its bf16 queries were scaled into fp16.
@@ -299,15 +321,17 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     }
 
     // S = Q K^T                                                             // (rows/warp, B_c)
-    float s[kMT][Tr::kKeyTiles][4] = {};
+    float s[kMT][kKT][4] = {};
     if (warp_active) {
-      uint32_t k_frag[Tr::kDSteps][Tr::kKeyTiles][2];
+      uint32_t k_frag[Tr::kDSteps][kKT][2];
       pipelined_gemm<Tr::kDSteps, Tr::kQKGroup, C.mma_double_buffer_loads>(
           [&](auto kt) {
             if constexpr (!Tr::kQResident) load_q(kt);
-            static_for<Tr::kKeyTiles / 2>([&](auto np) {
+            static_for<kKT / 2>([&](auto np) {
               uint32_t r[4];
-              ptx::ldmatrix_x4(r, k_addr.template at<decltype(np)::value * 16, decltype(kt)::value * 16>());
+              ptx::ldmatrix_x4(
+                  r, k_addr.template at<decltype(np)::value * 16, decltype(kt)::value * 16>() +
+                         kv_off);
               k_frag[kt][2 * np][0] = r[0];
               k_frag[kt][2 * np][1] = r[1];
               k_frag[kt][2 * np + 1][0] = r[2];
@@ -315,7 +339,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
             });
           },
           [&](auto kt) {
-            static_for<Tr::kKeyTiles>([&](auto n) {
+            static_for<kKT>([&](auto n) {
               static_for<kMT>([&](auto mt) {
                 ptx::mma_m16n8k16<M>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]);
               });
@@ -324,7 +348,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       if constexpr (kE4M3Kv) {
         // The header's scores q . k * k_descale, before any scale, softcap or mask.
         static_for<kMT>([&](auto mt) {
-          static_for<Tr::kKeyTiles>([&](auto n) {
+          static_for<kKT>([&](auto n) {
             static_for<4>([&](auto e) {
               constexpr int kE = decltype(e)::value;
               s[mt][n][kE] *= score_mul[mt][kE / 2];
@@ -375,8 +399,8 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     if (transform || masked) {
       // Recomputed per block rather than kept in registers across the key loop, which would
       // cost 8 of them per row pair (the loop is register-bound).
-      transform_and_mask<C>(
-          p, seq, block, t, transform, masked, s,
+      transform_and_mask<C, kKT>(
+          p, seq, block * C.B_c + warp_key0, t, transform, masked, s,
           [&](int mt, int h) { return query_of(tile_row(mt, h)); },
           [&](int mt, int h) {
             return p.alibi_slopes[(p.alibi == 2 ? batch * p.heads_q : 0) + head_of(tile_row(mt, h))] *
@@ -384,12 +408,12 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
           });
     }
 
-    online_softmax<C, kFirst>(p, s, row_max, row_sum, o_acc);
+    online_softmax<C, kFirst, kKT>(p, s, row_max, row_sum, o_acc);
 
     // P as A fragments: accumulator tiles 2j and 2j+1 of an m16 row tile are exactly the A operand
     // of k16 step j.
-    uint32_t p_frag[Tr::kKeySteps][kMT][4];
-    static_for<Tr::kKeySteps>([&](auto j) {
+    uint32_t p_frag[kKSteps][kMT][4];
+    static_for<kKSteps>([&](auto j) {
       static_for<kMT>([&](auto mt) {
         constexpr int kJ = decltype(j)::value;
         p_frag[j][mt][0] = ptx::pack2<M>(s[mt][2 * kJ][0], s[mt][2 * kJ][1]);
@@ -400,13 +424,14 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     });
 
     // O += P V                                                          // (rows/warp, d_head)
-    uint32_t v_frag[Tr::kKeySteps][Tr::kDTiles][2];
-    pipelined_gemm<Tr::kKeySteps, Tr::kPVGroup, C.mma_double_buffer_loads>(
+    uint32_t v_frag[kKSteps][Tr::kDTiles][2];
+    pipelined_gemm<kKSteps, kPVGroup, C.mma_double_buffer_loads>(
         [&](auto kt) {
           static_for<Tr::kDTiles / 2>([&](auto dp) {
             uint32_t r[4];
             ptx::ldmatrix_x4_trans(
-                r, v_addr.template at<decltype(kt)::value * 16, decltype(dp)::value * 16>());
+                r, v_addr.template at<decltype(kt)::value * 16, decltype(dp)::value * 16>() +
+                       kv_off);
             v_frag[kt][2 * dp][0] = r[0];
             v_frag[kt][2 * dp][1] = r[1];
             v_frag[kt][2 * dp + 1][0] = r[2];
@@ -444,14 +469,60 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       });
     });
   }
+  if constexpr (kKeySplit) {
+    // The warps' partial results (each row's max and per-lane sums, and O, over the warp's
+    // keys: the same lane layout in every warp) merged into warp 0's, through K's and V's
+    // tiles: every warp is past its last P V, and no copy is in flight (the last block waited
+    // for all). Warp w > 0 writes slot k of lane l at [w - 1][k][l], one bank per lane.
+    constexpr int kSlots = 4 + Tr::kDTiles * 4;
+    static_assert((kKS - 1) * kSlots * 32 * 4 <= 2 * C.B_c * C.d_head * sizeof(T), "room");
+    float* const slots = reinterpret_cast<float*>(sK);
+    __syncthreads();
+    if (warp > 0) {
+      float* const mine = slots + (warp - 1) * kSlots * 32 + lane;
+      static_for<2>([&](auto h) {
+        mine[decltype(h)::value * 32] = row_max[0][decltype(h)::value];
+        mine[(2 + decltype(h)::value) * 32] = row_sum[0][decltype(h)::value];
+      });
+      static_for<Tr::kDTiles>([&](auto dn) {
+        static_for<4>([&](auto e) {
+          mine[(4 + decltype(dn)::value * 4 + decltype(e)::value) * 32] = o_acc[0][dn][e];
+        });
+      });
+    }
+    __syncthreads();
+    if (warp == 0) {
+      for (int w = 1; w < kKS; ++w) {
+        float const* const theirs = slots + (w - 1) * kSlots * 32 + lane;
+        static_for<2>([&](auto h) {
+          constexpr int kH = decltype(h)::value;
+          float const m0 = row_max[0][kH], m1 = theirs[kH * 32];
+          float const top = fmaxf(m0, m1);
+          // A side that saw no visible key (max -inf) has sum 0 and O 0: weight 0.
+          float const c = p.score_scale_log2;
+          float const f0 = m0 == -INFINITY ? 0.f : ptx::exp2_approx(m0 * c - top * c);
+          float const f1 = m1 == -INFINITY ? 0.f : ptx::exp2_approx(m1 * c - top * c);
+          row_max[0][kH] = top;
+          row_sum[0][kH] = row_sum[0][kH] * f0 + theirs[(2 + kH) * 32] * f1;
+          static_for<Tr::kDTiles>([&](auto dn) {
+            static_for<2>([&](auto e) {
+              constexpr int kE = 2 * kH + decltype(e)::value;
+              o_acc[0][dn][kE] =
+                  o_acc[0][dn][kE] * f0 + theirs[(4 + decltype(dn)::value * 4 + kE) * 32] * f1;
+            });
+          });
+        });
+      }
+    }
+  }
   store_tile<C, kGeneral>(p, TileRows{seq, batch, split, num_splits, layout, q_rows}, query_of,
                          head_of, row_max, row_sum, o_acc, sQ);
 }
 
-template <class Tag, bool kGeneral, bool kE4M3Kv = false>
+template <class Tag, bool kGeneral, bool kE4M3Kv = false, bool kKeySplit = false>
 __global__ void __launch_bounds__(Traits<Tag::kConfig>::kThreads)
     forward_kernel(__grid_constant__ ForwardParams const p) {
-  forward_block<Tag::kConfig, kGeneral, kE4M3Kv>(p);
+  forward_block<Tag::kConfig, kGeneral, kE4M3Kv, kKeySplit>(p);
 }
 
 }  // namespace fa::cuda::sm80

@@ -18,6 +18,14 @@ cudaError_t prepare_kernel() {
         return e;
       }
     }
+    if constexpr (rules::fp8_kv_tile(C)) {
+      if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<ConfigTag<C>, true, false, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               Traits<C>::kSmemBytes);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
   }
   if constexpr (rules::fp8_kv_tile(C) && Traits<C>::kE4M3SmemBytes > 48 * 1024) {
     // Raised only where it fits: the choice refuses an e4m3 cache on this kernel elsewhere
@@ -68,6 +76,12 @@ cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, 
       return cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true, true>, params);
     }
     return cudaErrorInvalidDeviceFunction;
+  }
+  if constexpr (rules::fp8_kv_tile(C)) {
+    // The family's schedule asks for the key split on these tiles only.
+    if (params.key_split) {
+      return cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true, false, true>, params);
+    }
   }
   return general ? cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true>, params)
                  : cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, false>, params);

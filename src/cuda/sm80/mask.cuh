@@ -23,14 +23,15 @@ __device__ __forceinline__ KeyBounds key_bounds(ForwardParams const& p, Sequence
   return {int(min(lo, int64_t(s.sk))), int(max(hi, int64_t(-1)))};
 }
 
-// Rewrites key block `block`'s scores `s` (accumulator layout, lane column t) in place: with
-// `transform` as log2 e * bias(softcap(scale * s)), and with `masked` invisible keys (past the
-// sequence, outside the row's causal/window bounds) as -inf. query_at(mt, h) is the query of
-// accumulator row (mt, h); slope_at(mt, h) its ALiBi slope in log2 units (read only with ALiBi).
-template <KernelConfig C, class QueryAt, class SlopeAt>
+// Rewrites the scores `s` of kKeyTiles n8 tiles of keys from key0 on (accumulator layout, lane
+// column t) in place: with `transform` as log2 e * bias(softcap(scale * s)), and with `masked`
+// invisible keys (past the sequence, outside the row's causal/window bounds) as -inf.
+// query_at(mt, h) is the query of accumulator row (mt, h); slope_at(mt, h) its ALiBi slope in
+// log2 units (read only with ALiBi).
+template <KernelConfig C, int kKeyTiles, class QueryAt, class SlopeAt>
 __device__ __forceinline__ void transform_and_mask(
-    ForwardParams const& p, SequenceView const& seq, int block, int t, bool transform, bool masked,
-    float (&s)[Traits<C>::kMTiles][Traits<C>::kKeyTiles][4], QueryAt const& query_at,
+    ForwardParams const& p, SequenceView const& seq, int key0, int t, bool transform, bool masked,
+    float (&s)[Traits<C>::kMTiles][kKeyTiles][4], QueryAt const& query_at,
     SlopeAt const& slope_at) {
   using Tr = Traits<C>;
   constexpr int kMT = Tr::kMTiles;
@@ -42,9 +43,9 @@ __device__ __forceinline__ void transform_and_mask(
       int64_t const diag = int64_t(query) + seq.sk - seq.sq;
       float slope = 0.f;
       if (transform && p.alibi != 0) slope = slope_at(decltype(mt)::value, kH);
-      static_for<Tr::kKeyTiles>([&](auto n) {
+      static_for<kKeyTiles>([&](auto n) {
         static_for<2>([&](auto e) {
-          int const key = block * C.B_c + decltype(n)::value * 8 + 2 * t + decltype(e)::value;
+          int const key = key0 + decltype(n)::value * 8 + 2 * t + decltype(e)::value;
           float& x = s[mt][n][2 * kH + decltype(e)::value];
           if (transform) {
             float y = x * p.softmax_scale;

@@ -9,12 +9,13 @@
 
 namespace fa::cuda::sm80 {
 
-// Turns one key block's scores `s` into unnormalised probabilities in place (2^(s c - m c), c =
-// p.score_scale_log2), updating each row's running max and per-lane partial sum and rescaling O
-// to the new max. kFirst: the first block visited, which sets the statistics outright.
-template <KernelConfig C, bool kFirst>
+// Turns one key block's scores `s` (kKeyTiles n8 tiles: the warp's share of the block) into
+// unnormalised probabilities in place (2^(s c - m c), c = p.score_scale_log2), updating each
+// row's running max and per-lane partial sum and rescaling O to the new max. kFirst: the first
+// block visited, which sets the statistics outright.
+template <KernelConfig C, bool kFirst, int kKeyTiles = Traits<C>::kKeyTiles>
 __device__ __forceinline__ void online_softmax(
-    ForwardParams const& p, float (&s)[Traits<C>::kMTiles][Traits<C>::kKeyTiles][4],
+    ForwardParams const& p, float (&s)[Traits<C>::kMTiles][kKeyTiles][4],
     float (&row_max)[Traits<C>::kMTiles][2], float (&row_sum)[Traits<C>::kMTiles][2],
     float (&o_acc)[Traits<C>::kMTiles][Traits<C>::kDTiles][4]) {
   using Tr = Traits<C>;
@@ -23,7 +24,7 @@ __device__ __forceinline__ void online_softmax(
     static_for<2>([&](auto h) {
       constexpr int kH = decltype(h)::value;
       float block_max = -INFINITY;
-      static_for<Tr::kKeyTiles>([&](auto n) {
+      static_for<kKeyTiles>([&](auto n) {
         block_max = fmaxf(block_max, fmaxf(s[mt][n][2 * kH], s[mt][n][2 * kH + 1]));
       });
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
@@ -44,7 +45,7 @@ __device__ __forceinline__ void online_softmax(
       }
       row_max[mt][kH] = new_max;
       float sum = 0.f;
-      static_for<Tr::kKeyTiles>([&](auto n) {
+      static_for<kKeyTiles>([&](auto n) {
         static_for<2>([&](auto e) {
           float& x = s[mt][n][2 * kH + decltype(e)::value];
           x = ptx::exp2_approx(fmaf(x, p.score_scale_log2, -max_scaled));

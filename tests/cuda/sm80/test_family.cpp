@@ -82,6 +82,32 @@ TEST_SUITE("family") {
     CHECK(params.head_units == 32);
   }
 
+  TEST_CASE("mma.sync: a decode tile's warps share its key blocks where its rows fit one warp") {
+    KernelFamily const& f = sm80::kFamily;
+    KernelEntry entry{test::mma_sync_kernel(64, 128, 4), nullptr, nullptr, nullptr, nullptr};
+    Device const device = test::device_with(&entry, 2);
+    // 1 query x 4 packed heads, 4 x 4 = 16 (a warp's 16 rows): split; 5 x 4 = 20: not.
+    Schedule const decode = f.schedule(device, entry, test::dense_problem(1, 1, 8192, 32, 8), true);
+    CHECK(decode.key_split);
+    CHECK(decode.general);
+    CHECK(f.params(entry.config, test::dense_problem(1, 1, 8192, 32, 8), decode).key_split == 1);
+    CHECK(f.schedule(device, entry, test::dense_problem(1, 4, 8192, 32, 8), false).key_split);
+    CHECK_FALSE(f.schedule(device, entry, test::dense_problem(1, 5, 8192, 32, 8), true).key_split);
+    // MHA decode (no packing): one row per tile; still the general instantiation's split.
+    Schedule const mha = f.schedule(device, entry, test::dense_problem(1, 1, 8192, 8, 8), false);
+    CHECK(mha.key_split);
+    CHECK(mha.general);
+    // An e4m3 cache runs its own instantiation; prefill and non-decode tiles never split.
+    Problem fp8 = test::dense_problem(1, 1, 8192, 32, 8);
+    fp8.kv_dtype = DType::kE4M3;
+    CHECK_FALSE(f.schedule(device, entry, fp8, true).key_split);
+    Problem const prefill = test::dense_problem(1, 512, 8192, 32, 8);
+    CHECK_FALSE(f.schedule(device, entry, prefill, true).key_split);
+    KernelEntry wide{test::mma_sync_kernel(128, 128, 8), nullptr, nullptr, nullptr, nullptr};
+    Problem const decode_wide = test::dense_problem(1, 1, 8192, 32, 8);
+    CHECK_FALSE(f.schedule(test::device_with(&wide, 1), wide, decode_wide, true).key_split);
+  }
+
   TEST_CASE("mma.sync: a head dim below the kernel's runs in multiples of 8, with zero columns") {
     KernelFamily const& f = sm80::kFamily;
     KernelConfig const k = test::mma_sync_kernel(64, 128, 4);
