@@ -189,7 +189,10 @@ def _float32_on(reader, obj, device):
     a graph capture either)."""
     template = reader.float32_on.get(device)
     if template is None:
-        template = reader.float32_on[device] = obj.new_empty((0,), dtype=reader.module.float32)
+        template = obj.new_empty((0,), dtype=reader.module.float32)
+        # A subclass's (DTensor, FakeTensor) would make every later output of the device one.
+        if type(obj) is reader.tensor:
+            reader.float32_on[device] = template
     return template
 
 

@@ -83,6 +83,16 @@ constexpr bool fp8_kv_tile(KernelConfig const& c) {
          (c.B_c == 128 || (c.d_head >= 192 && whole_block_loads));
 }
 
+// The decode tiles whose 16-bit instantiation also runs with the key split (kernel.cuh's
+// kKeySplit): each warp's share of a key block is whole k16 steps in whole groups of V loads
+// and an even number of n8 tiles (the tuning sets' (64, 32) tiles at d >= 192 have neither).
+constexpr bool key_split_tile(KernelConfig const& c) {
+  if (!fp8_kv_tile(c) || c.B_c % (16 * c.n_warps) != 0) return false;
+  int const steps = c.B_c / 16 / c.n_warps;  // each warp's k16 steps of P V
+  int const group = c.V_mma_load_K_tiles ? c.V_mma_load_K_tiles / 2 : c.B_c / 16;
+  return steps % (group < steps ? group : steps) == 0;
+}
+
 // The family's knobs at their defaults, as in a config of another family: all 0, so one config
 // names one kernel there.
 constexpr bool knobs_unset(KernelConfig const& c) {

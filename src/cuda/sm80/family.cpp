@@ -55,7 +55,7 @@ int decode_rank(KernelConfig const& k, Problem const& p) {
 // warp's 16 (seqlen_q times the packed heads), with a 16-bit cache.
 bool key_split(KernelConfig const& k, Problem const& p, bool pack) {
   int64_t const rows = p.seqlen_q * (pack ? p.heads_q / p.heads_kv : 1);
-  return rules::fp8_kv_tile(k) && p.kv_dtype != DType::kE4M3 && rows <= k.B_r / k.n_warps;
+  return rules::key_split_tile(k) && p.kv_dtype != DType::kE4M3 && rows <= k.B_r / k.n_warps;
 }
 
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,

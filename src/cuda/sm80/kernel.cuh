@@ -61,7 +61,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   constexpr int kKT = Tr::kKeyTiles / kKS;
   constexpr int kKSteps = Tr::kKeySteps / kKS;
   constexpr int kPVGroup = Tr::kPVGroup < kKSteps ? Tr::kPVGroup : kKSteps;
-  static_assert(!kKeySplit || (kGeneral && !kE4M3Kv && rules::fp8_kv_tile(C) && kMT == 1 &&
+  static_assert(!kKeySplit || (kGeneral && !kE4M3Kv && rules::key_split_tile(C) && kMT == 1 &&
                                kKT % 2 == 0 && kKSteps >= 1 && kKSteps % kPVGroup == 0),
                 "key split: the decode tiles' 16-bit instantiation, one m16 tile per warp");
 
@@ -218,8 +218,9 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // 2t, 2t + 1 of each n8 tile.
   int const g = lane / 4;
   int const t = lane % 4;
-  // A warp whose rows all lie past the tile's last row (a decode tile of 4 packed rows uses one
-  // warp of four) skips its MMAs and softmax; it still copies tiles and meets every barrier.
+  // Without the key split, a warp whose rows all lie past the tile's last row (a prefill
+  // tile's tail, a decode tile of 17-48 packed rows) skips its MMAs and softmax; it still
+  // copies tiles and meets every barrier.
   bool const warp_active = !kGeneral || kKeySplit || warp * Tr::kRowsPerWarp < q_rows;
 
   int const n_visit = block_end - block_begin;
@@ -371,9 +372,9 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       if (block + 1 < block_end) load_v(block + 1);
     } else if constexpr (C.eager_load_blocks && kGeneral) {
       // K[block + 1] is issued as soon as every warp is done reading K[block], before waiting
-      // for V[block], so two tiles are in flight at once. Decode blocks compute little (one warp
-      // of four has rows) and so wait mostly on memory: with one tile in flight at a time, a
-      // split decode block moved one tile per memory round trip.
+      // for V[block], so two tiles are in flight at once. Decode blocks compute little and so
+      // wait mostly on memory: with one tile in flight at a time, a split decode block moved
+      // one tile per memory round trip.
       __syncthreads();
       if (block + 1 < block_end) {
         load_k(block + 1);

@@ -18,7 +18,7 @@ cudaError_t prepare_kernel() {
         return e;
       }
     }
-    if constexpr (rules::fp8_kv_tile(C)) {
+    if constexpr (rules::key_split_tile(C)) {
       if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<ConfigTag<C>, true, false, true>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                Traits<C>::kSmemBytes);
@@ -77,7 +77,7 @@ cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, 
     }
     return cudaErrorInvalidDeviceFunction;
   }
-  if constexpr (rules::fp8_kv_tile(C)) {
+  if constexpr (rules::key_split_tile(C)) {
     // The family's schedule asks for the key split on these tiles only.
     if (params.key_split) {
       return cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true, false, true>, params);

@@ -106,6 +106,13 @@ TEST_SUITE("family") {
     KernelEntry wide{test::mma_sync_kernel(128, 128, 8), nullptr, nullptr, nullptr, nullptr};
     Problem const decode_wide = test::dense_problem(1, 1, 8192, 32, 8);
     CHECK_FALSE(f.schedule(test::device_with(&wide, 1), wide, decode_wide, true).key_split);
+    // A decode tile of 32 keys (the tuning sets', d 256) leaves a warp less than a k16 step.
+    KernelEntry narrow{test::mma_sync_kernel(64, 32, 4, 256), nullptr, nullptr, nullptr, nullptr};
+    CHECK(sm80::rules::fp8_kv_tile(narrow.config));
+    CHECK_FALSE(sm80::rules::key_split_tile(narrow.config));
+    Problem const decode_256 = test::dense_problem(1, 1, 8192, 32, 8, 256);
+    CHECK_FALSE(f.schedule(test::device_with(&narrow, 2), narrow, decode_256, true).key_split);
+    CHECK(sm80::rules::key_split_tile(test::mma_sync_kernel(64, 64, 4, 256)));
   }
 
   TEST_CASE("mma.sync: a head dim below the kernel's runs in multiples of 8, with zero columns") {
