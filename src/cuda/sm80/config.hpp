@@ -24,6 +24,15 @@ constexpr int64_t smem_bytes(KernelConfig const& c) {
 constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
   return smem_bytes(c) + 2 * int64_t(c.B_c) * 128 * ((c.d_head + 127) / 128) + 4 * int64_t(c.B_r);
 }
+// The key split's e4m3 instantiation (kernel.cuh's kDirect): Q, two stages of e4m3 K and V
+// tiles, the query rows' powers of two; no 16-bit K or V tile. d 128's (64, 128) tile takes
+// 80 KiB and 256 bytes (the conversion's instantiation: 112 KiB and 256 bytes), within the
+// 99 KiB of sm_86, sm_89 and sm_120. Three stages (112 KiB, still two blocks per H200 SM) were
+// 0.99-1.02x on the H200 (d 128 decode, batch 1-64 x 8k-128k, pages 0 and 16).
+constexpr int64_t e4m3_split_smem_bytes(KernelConfig const& c) {
+  return int64_t(c.B_r) * c.d_head * dtype_size(c.dtype) + 4 * int64_t(c.B_c) * c.d_head +
+         4 * int64_t(c.B_r);
+}
 
 namespace rules {
 

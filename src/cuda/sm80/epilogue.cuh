@@ -24,8 +24,10 @@ struct TileRows {
 };
 
 // query_of(r) and head_of(r): the query and head of tile row r. sQ: Q's shared tile, free now,
-// which stages O.
-template <KernelConfig C, bool kGeneral, class QueryOf, class HeadOf>
+// which stages O. With kPairedD (the e4m3 key split's P V, kernel.cuh), n8 tiles 2c and 2c + 1
+// hold the even and odd columns of 16-column group c, so a lane holds columns 16c + 4t .. 4t + 3:
+// (2c, e), (2c + 1, e), (2c, e + 1), (2c + 1, e + 1) for e = 0 (row g) and 2 (row g + 8).
+template <KernelConfig C, bool kGeneral, bool kPairedD = false, class QueryOf, class HeadOf>
 __device__ __forceinline__ void store_tile(
     ForwardParams const& p, TileRows const& rows, QueryOf const& query_of, HeadOf const& head_of,
     float (&row_max)[Traits<C>::kMTiles][2], float (&row_sum)[Traits<C>::kMTiles][2],
@@ -83,18 +85,33 @@ __device__ __forceinline__ void store_tile(
         // tile (a head dim below the kernel's ends at a whole n8 tile).
         int64_t const out_row = (layout == kLayoutVarlen ? seq.q_first : batch * p.seqlen_q) + query;
         int64_t const slot = int64_t(split) * p.partial_rows + out_row;
-        float* dst = p.o_partial + (slot * p.heads_q + head) * int64_t(p.head_dim_v) + 2 * t;
-        auto store = [&](auto dn) {
-          *reinterpret_cast<float2*>(dst + decltype(dn)::value * 8) =
-              make_float2(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
-        };
-        // The kernel's own head dim stores with no compare per n8 tile (one branch instead).
-        if (p.head_dim_v >= C.d_head) {
-          static_for<Tr::kDTiles>(store);
-        } else {
-          static_for<Tr::kDTiles>([&](auto dn) {
-            if (decltype(dn)::value * 8 < p.head_dim_v) store(dn);
+        float* dst = p.o_partial + (slot * p.heads_q + head) * int64_t(p.head_dim_v) +
+                     (kPairedD ? 4 : 2) * t;
+        if constexpr (kPairedD) {
+          // Four adjacent columns per 16-column group: one 16-byte store (head_dim_v, a
+          // multiple of 8, keeps rows 32-byte aligned; a group the head dim cuts in half
+          // stores from lanes t < 2 only).
+          static_for<Tr::kDTiles / 2>([&](auto c) {
+            constexpr int kC = decltype(c)::value;
+            if (p.head_dim_v >= C.d_head || 16 * kC + 4 * t < p.head_dim_v) {
+              *reinterpret_cast<float4*>(dst + 16 * kC) =
+                  make_float4(o_acc[mt][2 * kC][2 * kH], o_acc[mt][2 * kC + 1][2 * kH],
+                              o_acc[mt][2 * kC][2 * kH + 1], o_acc[mt][2 * kC + 1][2 * kH + 1]);
+            }
           });
+        } else {
+          auto store = [&](auto dn) {
+            *reinterpret_cast<float2*>(dst + decltype(dn)::value * 8) =
+                make_float2(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
+          };
+          // The kernel's own head dim stores with no compare per n8 tile (one branch instead).
+          if (p.head_dim_v >= C.d_head) {
+            static_for<Tr::kDTiles>(store);
+          } else {
+            static_for<Tr::kDTiles>([&](auto dn) {
+              if (decltype(dn)::value * 8 < p.head_dim_v) store(dn);
+            });
+          }
         }
         if (t == 0) {
           p.lse_partial[(int64_t(split) * p.heads_q + head) * p.partial_rows + out_row] = lse;
@@ -114,11 +131,22 @@ __device__ __forceinline__ void store_tile(
     static_for<2>([&](auto h) {
       constexpr int kH = decltype(h)::value;
       int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
-      static_for<Tr::kDTiles>([&](auto dn) {
-        int const col = decltype(dn)::value * 8;
-        *reinterpret_cast<uint32_t*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col) + 2 * t) =
-            ptx::pack2<T>(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
-      });
+      if constexpr (kPairedD) {
+        static_for<Tr::kDTiles / 2>([&](auto c) {
+          constexpr int kC = decltype(c)::value;
+          int const col = 16 * kC + 8 * (t / 2);
+          *reinterpret_cast<uint2*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col) + 4 * (t % 2)) =
+              make_uint2(ptx::pack2<T>(o_acc[mt][2 * kC][2 * kH], o_acc[mt][2 * kC + 1][2 * kH]),
+                         ptx::pack2<T>(o_acc[mt][2 * kC][2 * kH + 1],
+                                       o_acc[mt][2 * kC + 1][2 * kH + 1]));
+        });
+      } else {
+        static_for<Tr::kDTiles>([&](auto dn) {
+          int const col = decltype(dn)::value * 8;
+          *reinterpret_cast<uint32_t*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col) + 2 * t) =
+              ptx::pack2<T>(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
+        });
+      }
     });
   });
   __syncthreads();  // O rows are written per warp and read back by every thread

@@ -52,10 +52,10 @@ int decode_rank(KernelConfig const& k, Problem const& p) {
 }
 
 // The key split (kernel.cuh's kKeySplit) for a decode tile whose every tile's rows fit one
-// warp's 16 (seqlen_q times the packed heads), with a 16-bit cache.
+// warp's 16 (seqlen_q times the packed heads), with a 16-bit or an e4m3 cache.
 bool key_split(KernelConfig const& k, Problem const& p, bool pack) {
   int64_t const rows = p.seqlen_q * (pack ? p.heads_q / p.heads_kv : 1);
-  return rules::key_split_tile(k) && p.kv_dtype != DType::kE4M3 && rows <= k.B_r / k.n_warps;
+  return rules::key_split_tile(k) && rows <= k.B_r / k.n_warps;
 }
 
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
@@ -89,9 +89,11 @@ int paged_rank(KernelConfig const&, Problem const&) { return 0; }
 }  // namespace
 
 // The e4m3 instantiation's staging and query-row scales on top of the tiles: d 128's (64, 128)
-// tile takes 112 KiB and 256 bytes, past the 99 KiB of sm_86, sm_89 and sm_120.
+// tile takes 112 KiB and 256 bytes, past the 99 KiB of sm_86, sm_89 and sm_120; with the key
+// split, 80 KiB and 256 bytes.
 int64_t smem(KernelConfig const& k, Problem const& p) {
-  return p.kv_dtype == DType::kE4M3 ? e4m3_smem_bytes(k) : smem_bytes(k);
+  if (p.kv_dtype != DType::kE4M3) return smem_bytes(k);
+  return key_split(k, p, pack_gqa(k, p)) ? e4m3_split_smem_bytes(k) : e4m3_smem_bytes(k);
 }
 
 KernelFamily const kFamily{"mma.sync", &cannot_run, &pack_gqa, &decode_rank, &paged_rank,

@@ -43,6 +43,10 @@ namespace fa::cuda::sm80 {
 // the barriers: ncu on a 1 x 8k step (H200, d 128) found one warp per scheduler issuing 0.11
 // instructions a cycle, stalled on barriers, instruction fetch and fixed latencies more than on
 // memory (1.6 TB/s).
+// With both (kDirect: an e4m3 cache on those tiles), each warp also streams its own keys
+// through two stages of e4m3 bytes that it alone copies and waits for (no block barrier in the
+// key loop), and ldmatrix reads the bytes straight into fragments (smem_tile.cuh's
+// E4M3LdsmAddress: Q's columns permuted for K, O's for V).
 template <KernelConfig C, bool kGeneral, bool kE4M3Kv, bool kKeySplit = false>
 __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   using Tr = Traits<C>;
@@ -61,9 +65,15 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   constexpr int kKT = Tr::kKeyTiles / kKS;
   constexpr int kKSteps = Tr::kKeySteps / kKS;
   constexpr int kPVGroup = Tr::kPVGroup < kKSteps ? Tr::kPVGroup : kKSteps;
-  static_assert(!kKeySplit || (kGeneral && !kE4M3Kv && rules::key_split_tile(C) && kMT == 1 &&
+  static_assert(!kKeySplit || (kGeneral && rules::key_split_tile(C) && kMT == 1 &&
                                kKT % 2 == 0 && kKSteps >= 1 && kKSteps % kPVGroup == 0),
-                "key split: the decode tiles' 16-bit instantiation, one m16 tile per warp");
+                "key split: the decode tiles, one m16 tile per warp");
+  constexpr bool kDirect = kE4M3Kv && kKeySplit;
+  constexpr int kWarpKeys = C.B_c / kKS;
+  // A warp's keys are what one ldmatrix.x4 reads per k16 step of K (32) or two (16).
+  static_assert(!kDirect || kWarpKeys == 16 || kWarpKeys == 32, "e4m3 key split: 16 or 32 keys");
+  // kDirect: two stages, each an e4m3 K tile then an e4m3 V tile, after Q.
+  constexpr uint32_t kTileBytes = uint32_t(C.B_c) * C.d_head;
 
   // Launched as a programmatic dependent of the stream's previous kernel (sm_90: launch.cpp):
   // nothing is read before that kernel has finished and its writes are visible. The stream's
@@ -79,14 +89,17 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   uint32_t const stage_k = ptx::smem_addr(sV + C.B_c * C.d_head);
   uint32_t const stage_v = stage_k + C.B_c * 128 * ((C.d_head + 127) / 128);
   // Each query row's power of two with bf16 queries on an e4m3 cache (q_bf16_to_fp16), after
-  // the staging (e4m3_smem_bytes).
+  // the staging (e4m3_smem_bytes; kDirect: e4m3_split_smem_bytes).
   float* const row_scale = reinterpret_cast<float*>(
-      smem_raw + (C.B_r + 2 * C.B_c) * C.d_head * sizeof(T) +
-      2 * C.B_c * 128 * ((C.d_head + 127) / 128));
+      smem_raw + (kDirect ? C.B_r * C.d_head * sizeof(T) + 4 * kTileBytes
+                          : (C.B_r + 2 * C.B_c) * C.d_head * sizeof(T) +
+                                2 * C.B_c * 128 * ((C.d_head + 127) / 128)));
 
   int const tid = threadIdx.x;
   int const warp = tid / 32;
   int const lane = tid % 32;
+  // The warp's first key of a block (the key split's share; 0 without it).
+  int const warp_key0 = kKeySplit ? warp * kWarpKeys : 0;
 
   // Blocks of one (batch, head) are adjacent, so blocks running together share K/V in L2; within it
   // the last query block runs first, as under causal masking it has the most keys to visit.
@@ -135,21 +148,27 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // before are issued), so the block-table loads land while that block computes instead of
   // delaying the copies that need them. Measured at 8 x 8k, page 16, against the contiguous
   // cache's 3582 GB/s: lookups per row for K and V each 2580 GB/s; once per block 3069 GB/s.
-  constexpr int kKvPasses = C.B_c / Tr::kCopyRows;
+  // The page index is kept as loaded and clamped into [0, num_pages) where a copy uses it: the
+  // clamp next to the load made the warp wait for the block table right there (ncu, H200,
+  // e4m3 8 x 32k, page 16: long-scoreboard stalls 0.62 per issued instruction, contiguous 0.04).
+  // kDirect: a warp's lanes copy rows warp_key0 + lane / 4 + 8 i (load_warp_rows_e4m3).
+  constexpr int kKvPasses = kDirect ? kWarpKeys / 8 : C.B_c / Tr::kCopyRows;
   int page_of[kGeneral ? kKvPasses : 1];
   int row_in_page[kGeneral ? kKvPasses : 1];
   auto look_up_pages = [&](int block) {
     static_for<kKvPasses>([&](auto i) {
-      int const key = block * C.B_c + tid / 8 + decltype(i)::value * Tr::kCopyRows;
+      int const key = block * C.B_c + decltype(i)::value * (kDirect ? 8 : Tr::kCopyRows) +
+                      (kDirect ? warp_key0 + lane / 4 : tid / 8);
       int const safe = min(key, max(seq.sk - 1, 0));  // rows past the end are never copied
-      page_of[i] = min(max(pages[safe / p.page_size], 0), p.num_pages - 1);
+      page_of[i] = pages[safe / p.page_size];
       row_in_page[i] = safe % p.page_size;
     });
   };
   auto kv_row_ptr = [&](KvElem const* base, int64_t batch_stride, int64_t seq_stride, auto i, int key) {
     if constexpr (kGeneral) {
       if (paged) {
-        return base + int64_t(page_of[i]) * batch_stride + int64_t(row_in_page[i]) * seq_stride;
+        int const page = min(max(page_of[i], 0), p.num_pages - 1);
+        return base + int64_t(page) * batch_stride + int64_t(row_in_page[i]) * seq_stride;
       }
     }
     return base + int64_t(key) * seq_stride;
@@ -196,6 +215,25 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     commit_loads<C>();
     if (paged && block + 1 < block_end) look_up_pages(block + 1);
   };
+  // kDirect: this warp's rows of K[block] and V[block] into stage `stage` (its own commit).
+  uint32_t const stages = ptx::smem_addr(sK);
+  auto load_kv_warp = [&](int block, int stage) {
+    if constexpr (kDirect) {
+      int const key0 = block * C.B_c;
+      uint32_t const k_tile = stages + uint32_t(stage) * 2 * kTileBytes;
+      auto const k_row = [&](auto i, int r) {
+        return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r);
+      };
+      auto const v_row = [&](auto i, int r) {
+        return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r);
+      };
+      load_warp_rows_e4m3<C, C.B_c, kWarpKeys>(k_tile, k_row, static_cast<uint8_t const*>(p.k),
+                                               warp_key0, lane, kv_rows(block), head_dim);
+      load_warp_rows_e4m3<C, C.B_c, kWarpKeys>(k_tile + kTileBytes, v_row,
+                                               static_cast<uint8_t const*>(p.v), warp_key0, lane,
+                                               kv_rows(block), head_dim_v);
+    }
+  };
 
   // Per-lane ldmatrix coordinates (see the fragment layouts of mma.m16n8k16):
   //   Q (A operand): lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at column 8.
@@ -206,7 +244,6 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // block, and that key's byte offset in the K and V tiles (64-column slabs of 128-byte rows;
   // a multiple of 8 rows keeps the swizzle).
   int const warp_row0 = kKeySplit ? 0 : warp * Tr::kRowsPerWarp;
-  int const warp_key0 = kKeySplit ? warp * (C.B_c / kKS) : 0;
   uint32_t const kv_off = uint32_t(warp_key0) * 64 * sizeof(T);
   int const q_ld_row = warp_row0 + lane % 16;
   int const q_ld_col = (lane / 16) * 8;
@@ -235,7 +272,15 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   }
   load_block<C, C.B_r>(sQ, q_row_ptr, static_cast<T const*>(p.q), tid, q_rows, head_dim);
   commit_loads<C>();
-  if constexpr (kE4M3Kv) {
+  if constexpr (kDirect) {
+    if (n_visit > 0) load_kv_warp(block_begin, 0);
+    commit_loads<C>();
+    if (paged && n_visit > 1) look_up_pages(block_begin + 1);
+    wait_loads<C, 1>();  // Q landed; this warp's K[0] and V[0] may still be in flight
+    __syncthreads();
+    q_mma_pairs<C, kQToFp16>(sQ, row_scale, tid);
+    __syncthreads();
+  } else if constexpr (kE4M3Kv) {
     if (n_visit > 0) {
       load_k(block_begin);
       load_v(block_begin);
@@ -243,7 +288,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   } else if constexpr (C.eager_load_blocks) {
     if (n_visit > 0) load_k(block_begin);
   }
-  if constexpr (kQToFp16) {
+  if constexpr (kQToFp16 && !kDirect) {
     if (n_visit > 0) {
       wait_loads<C, 2>();  // Q landed; K[0] and V[0] may still be in flight
     } else {
@@ -264,7 +309,16 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   };
   LdsmAddress<C.B_c, C.swizzled> const k_addr(ptx::smem_addr(sK), k_ld_row, k_ld_col);
   LdsmAddress<C.B_c, C.swizzled> const v_addr(ptx::smem_addr(sV), v_ld_row, v_ld_col);
-  if constexpr (Tr::kQResident) {
+  // kDirect's lanes in stage 0's e4m3 tiles: an ldmatrix.x4 takes 32 keys of one k16 step of K
+  // (lane l: key l) or 16 keys of two steps (lane l: key l % 16, chunk + l / 16), and V's
+  // 16 keys of two 16-column groups (the latter way).
+  constexpr int kKeyRowsPerLd = 8 * (kKT < 4 ? kKT : 4);
+  E4M3LdsmAddress<C.B_c> const ek_addr(stages, warp_key0 + lane % kKeyRowsPerLd,
+                                       lane / kKeyRowsPerLd);
+  E4M3LdsmAddress<C.B_c> const ev_addr(stages + kTileBytes, warp_key0 + lane % 16, lane / 16);
+  if constexpr (kDirect) {
+    static_for<Tr::kDSteps>(load_q);  // resident: a decode tile's one m16 tile per warp
+  } else if constexpr (Tr::kQResident) {
     if (kE4M3Kv && n_visit > 0) {
       wait_loads<C, 2>();  // Q landed; K[0] and V[0] may still be in flight
     } else if (C.eager_load_blocks && n_visit > 0) {
@@ -301,7 +355,17 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
   auto process_block = [&](int block, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
-    if constexpr (kE4M3Kv) {
+    // kDirect: this block's stage, and the next block's copies into the other one (this warp
+    // finished reading it at the end of the block before).
+    [[maybe_unused]] uint32_t const stage_off =
+        uint32_t((block - block_begin) & 1) * 2 * kTileBytes;
+    if constexpr (kDirect) {
+      if (block + 1 < block_end) load_kv_warp(block + 1, ((block - block_begin) & 1) ^ 1);
+      commit_loads<C>();
+      if (paged && block + 2 < block_end) look_up_pages(block + 2);
+      wait_loads<C, 1>();  // this warp's K[block] and V[block] landed
+      __syncwarp();        // and every lane's are visible to the warp
+    } else if constexpr (kE4M3Kv) {
       // An e4m3 cache's staging is a second buffer: each stage is refilled with the next
       // block's bytes as soon as its tile is converted, so K[block + 1] and V[block + 1] load
       // during this whole block (issued K, V, K, V, ...: V[block] may still be in flight here).
@@ -323,7 +387,35 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
     // S = Q K^T                                                             // (rows/warp, B_c)
     float s[kMT][kKT][4] = {};
-    if (warp_active) {
+    // The header's scores q . k * k_descale, before any scale, softcap or mask.
+    auto const apply_k_descale = [&] {
+      static_for<kMT>([&](auto mt) {
+        static_for<kKT>([&](auto n) {
+          static_for<4>([&](auto e) {
+            constexpr int kE = decltype(e)::value;
+            s[mt][n][kE] *= score_mul[mt][kE / 2];
+          });
+        });
+      });
+    };
+    if constexpr (kDirect) {
+      // Each ldmatrix.x4 register holds 4 e4m3 values of one key (columns 4t..4t+3 of a k16
+      // step: q_mma_pairs ordered Q to match), decoded into the B fragment's two pairs.
+      constexpr int kStepsPerLd = kKeyRowsPerLd == 32 ? 1 : 2;
+      static_assert(Tr::kDSteps % kStepsPerLd == 0 && 32 / kKeyRowsPerLd == kStepsPerLd, "x4");
+      static_for<Tr::kDSteps / kStepsPerLd>([&](auto ld) {
+        constexpr int kStep0 = decltype(ld)::value * kStepsPerLd;
+        uint32_t r[4];
+        ptx::ldmatrix_x4(r, ek_addr.template at<0, kStep0>() + stage_off);
+        static_for<4>([&](auto m) {
+          constexpr int kM = decltype(m)::value;
+          uint2 const b = ptx::e4m3x4_to<__half>(r[kM]);
+          uint32_t const frag[2] = {b.x, b.y};
+          ptx::mma_m16n8k16<M>(s[0][kM % kKT], q_frag[kStep0 + kM / kKT][0], frag);
+        });
+      });
+      apply_k_descale();
+    } else if (warp_active) {
       uint32_t k_frag[Tr::kDSteps][kKT][2];
       pipelined_gemm<Tr::kDSteps, Tr::kQKGroup, C.mma_double_buffer_loads>(
           [&](auto kt) {
@@ -346,20 +438,12 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
               });
             });
           });
-      if constexpr (kE4M3Kv) {
-        // The header's scores q . k * k_descale, before any scale, softcap or mask.
-        static_for<kMT>([&](auto mt) {
-          static_for<kKT>([&](auto n) {
-            static_for<4>([&](auto e) {
-              constexpr int kE = decltype(e)::value;
-              s[mt][n][kE] *= score_mul[mt][kE / 2];
-            });
-          });
-        });
-      }
+      if constexpr (kE4M3Kv) apply_k_descale();
     }
 
-    if constexpr (kE4M3Kv) {
+    if constexpr (kDirect) {
+      // Nothing to wait for: V[block] landed with K[block], in this warp's one wait.
+    } else if constexpr (kE4M3Kv) {
       // V[block] landed (K[block + 1], when issued, may still be in flight); every warp is
       // done reading K[block] once past the barrier.
       if (block + 1 < block_end) {
@@ -425,6 +509,31 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     });
 
     // O += P V                                                          // (rows/warp, d_head)
+    if constexpr (kDirect) {
+      // An ldmatrix.x4.trans register of e4m3 bytes holds keys 2t and 2t + 1 at columns 2g and
+      // 2g + 1 of a 16-column group: byte-permuted, the B fragments of the group's even columns
+      // (n8 tile 2c) and odd ones (2c + 1); store_tile<kPairedD> writes them back in order.
+      static_for<kKSteps>([&](auto j) {
+        static_for<Tr::kDSteps / 2>([&](auto cp) {
+          uint32_t r[4];
+          ptx::ldmatrix_x4_trans(
+              r, ev_addr.template at<16 * decltype(j)::value, 2 * decltype(cp)::value>() +
+                     stage_off);
+          static_for<2>([&](auto h) {
+            constexpr int kC = 2 * decltype(cp)::value + decltype(h)::value;
+            constexpr int kH = decltype(h)::value;
+            uint2 const lo = ptx::e4m3x4_to<__half>(__byte_perm(r[2 * kH], 0u, 0x3120));
+            uint2 const hi = ptx::e4m3x4_to<__half>(__byte_perm(r[2 * kH + 1], 0u, 0x3120));
+            uint32_t const even[2] = {lo.x, hi.x};
+            uint32_t const odd[2] = {lo.y, hi.y};
+            ptx::mma_m16n8k16<M>(o_acc[0][2 * kC], p_frag[j][0], even);
+            ptx::mma_m16n8k16<M>(o_acc[0][2 * kC + 1], p_frag[j][0], odd);
+          });
+        });
+      });
+      __syncwarp();  // every lane is done reading this stage before the next block refills it
+      return;
+    }
     uint32_t v_frag[kKSteps][Tr::kDTiles][2];
     pipelined_gemm<kKSteps, kPVGroup, C.mma_double_buffer_loads>(
         [&](auto kt) {
@@ -516,8 +625,8 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       }
     }
   }
-  store_tile<C, kGeneral>(p, TileRows{seq, batch, split, num_splits, layout, q_rows}, query_of,
-                         head_of, row_max, row_sum, o_acc, sQ);
+  store_tile<C, kGeneral, kDirect>(p, TileRows{seq, batch, split, num_splits, layout, q_rows},
+                                   query_of, head_of, row_max, row_sum, o_acc, sQ);
 }
 
 template <class Tag, bool kGeneral, bool kE4M3Kv = false, bool kKeySplit = false>

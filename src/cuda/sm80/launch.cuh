@@ -36,6 +36,16 @@ cudaError_t prepare_kernel() {
         e != cudaSuccess) {
       return e;
     }
+    if constexpr (rules::key_split_tile(C) && Traits<C>::kE4M3SplitSmemBytes > 48 * 1024) {
+      if (Traits<C>::kE4M3SplitSmemBytes <= optin) {
+        if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<ConfigTag<C>, true, true, true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 Traits<C>::kE4M3SplitSmemBytes);
+            e != cudaSuccess) {
+          return e;
+        }
+      }
+    }
     if (Traits<C>::kE4M3SmemBytes > optin) return cudaSuccess;
     return cudaFuncSetAttribute(forward_kernel<ConfigTag<C>, true, true>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -71,6 +81,13 @@ cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, 
   }
   if (params.kv_e4m3) {
     // The family's cannot_run admits e4m3 caches on fp8_kv_tile kernels only.
+    if constexpr (rules::key_split_tile(C)) {
+      // The family's schedule asks for the key split on these tiles only.
+      if (params.key_split) {
+        config.dynamicSmemBytes = Traits<C>::kE4M3SplitSmemBytes;
+        return cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true, true, true>, params);
+      }
+    }
     if constexpr (rules::fp8_kv_tile(C)) {
       config.dynamicSmemBytes = Traits<C>::kE4M3SmemBytes;
       return cudaLaunchKernelEx(&config, forward_kernel<ConfigTag<C>, true, true>, params);

@@ -209,6 +209,17 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
   });
 }
 
+// A bf16 query row's power of two 2^k (ptx.cuh's bf16_row_exponent) from the largest magnitude
+// `mx` each of its kPerRow adjacent threads saw: 2^k goes to row_scale[row], 2^-k is returned.
+template <int kPerRow>
+__device__ __forceinline__ float row_fp16_scale(float mx, float* row_scale, int row, int tid) {
+#pragma unroll
+  for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  int const k = ptx::bf16_row_exponent(mx);
+  if (tid % kPerRow == 0) row_scale[row] = ptx::pow2(k);
+  return ptx::pow2(-k);
+}
+
 // bf16 queries against an e4m3 cache, rewritten in place as fp16 rows times powers of two
 // (ptx.cuh's bf16x8_to_fp16 says how and why), so the tile's MMAs run in fp16 with the cache
 // decoded into fp16 (convert_tile_e4m3); 2^k goes to row_scale[row] for the scores. All
@@ -229,11 +240,7 @@ __device__ __forceinline__ void q_bf16_to_fp16(typename Traits<C>::T* sQ, float*
   float mx = 0.f;
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j)), mx);
-#pragma unroll
-  for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
-  int const k = ptx::bf16_row_exponent(mx);
-  float const down = ptx::pow2(-k);
-  if (tid % kPerRow == 0) row_scale[row] = ptx::pow2(k);
+  float const down = row_fp16_scale<kPerRow>(mx, row_scale, row, tid);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     ptx::st_shared_16(at(j), ptx::bf16x8_to_fp16(ptx::ld_shared_16(at(j)), down));
@@ -248,6 +255,105 @@ __device__ __forceinline__ void load_block_e4m3(uint32_t staging, RowPtr const& 
     load_tile_e4m3<C, kRows, false>(staging, row_ptr, any_valid, tid, rows, head_dim);
   } else {
     load_tile_e4m3<C, kRows, true>(staging, row_ptr, any_valid, tid, rows, head_dim);
+  }
+}
+
+// The key split's e4m3 tiles (kernel.cuh's kE4M3Kv with kKeySplit), read by ldmatrix straight
+// into MMA fragments: no 16-bit copy of K or V in shared memory. Converting each tile into a
+// 16-bit one moved 6 bytes through shared memory per cache byte (the copy's write, the
+// conversion's read and write, ldmatrix's read: 192 KiB per 128-key block at d 128 against
+// 128 bytes per clock), about the time the SM's share of DRAM takes to bring the 32 KiB in.
+// A tile is d_head / 64 slabs of kRows rows x 64 bytes; 16-byte chunk c of row r sits at chunk
+// c ^ ((r / 2) % 4) of its row, so the 8 rows of an ldmatrix phase (at 64-byte strides: two rows
+// per 128-byte bank line) fall in 8 distinct bank groups, as do 8 rows x 4 chunks of a copy.
+template <int kRows>
+__device__ __forceinline__ uint32_t e4m3_tile_offset(int row, int chunk) {
+  return uint32_t((chunk / 4) * (kRows * 64) + row * 64 + (((chunk % 4) ^ ((row / 2) % 4)) * 16));
+}
+
+// One lane's ldmatrix addresses in such a tile: row r0 + R and chunk c0 + C for a compile-time
+// step (R, C) with R % 8 == 0 (keeps (r / 2) % 4) and (C % 4) + c0 <= 3 (c0 is 0, or 1 with C
+// even), so every address is one of four bases plus a constant.
+template <int kRows>
+struct E4M3LdsmAddress {
+  uint32_t base[4];
+
+  __device__ __forceinline__ E4M3LdsmAddress(uint32_t tile, int r0, int c0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      base[j] = tile + r0 * 64 + ((min(j + c0, 3) ^ ((r0 / 2) % 4)) * 16);
+    }
+  }
+  template <int kRowStep, int kChunk>
+  __device__ __forceinline__ uint32_t at() const {
+    static_assert(kRowStep % 8 == 0, "row steps keep the lane's swizzle");
+    return base[kChunk % 4] + (kChunk / 4) * (kRows * 64) + kRowStep * 64;
+  }
+};
+
+// A warp's kWarpRows rows from tile row `first` of an e4m3 K or V tile, by that warp alone
+// (cp.async; the warp then waits and meets __syncwarp, no other warp is involved): lane l
+// moves chunk l % 4 of each slab of rows first + l / 4 + 8 i. row_ptr(i, r) is tile row r's start
+// in global memory for pass i. Rows at or past `rows` and bytes at or past head_dim are
+// zero-filled (cp_async_16_bytes), their addresses never formed.
+template <KernelConfig C, int kRows, int kWarpRows, class RowPtr>
+__device__ __forceinline__ void load_warp_rows_e4m3(uint32_t tile, RowPtr const& row_ptr,
+                                                    uint8_t const* any_valid, int first, int lane,
+                                                    int rows, int head_dim) {
+  static_assert(kWarpRows % 8 == 0 && C.d_head % 64 == 0, "8-row passes, whole slabs");
+  static_for<kWarpRows / 8>([&](auto i) {
+    int const r = first + lane / 4 + 8 * decltype(i)::value;
+    bool const in_rows = r < rows;
+    uint8_t const* const src = in_rows ? row_ptr(i, r) : any_valid;
+    static_for<C.d_head / 64>([&](auto s) {
+      int const chunk = 4 * decltype(s)::value + lane % 4;
+      int const bytes = in_rows ? max(0, min(16, head_dim - 16 * chunk)) : 0;
+      ptx::cp_async_16_bytes(tile + e4m3_tile_offset<kRows>(r, chunk),
+                             bytes > 0 ? src + 16 * chunk : any_valid, bytes);
+    });
+  });
+}
+
+// Q for the e4m3 key split's MMAs, in place: bf16 rows rewritten as fp16 times a power of two
+// (kToFp16: as q_bf16_to_fp16), and each 16-column group's pairs reordered (0, 2, 4, 6, 1, 3,
+// 5, 7). A lane's K fragment, ldmatrix'd from e4m3 bytes, holds columns 4t..4t+3 of its key
+// where the MMA's B operand expects 2t, 2t + 1, 2t + 8, 2t + 9: Q's columns are permuted to
+// match (Q K^T sums over them). All kThreads threads, kThreads / B_r per row, after Q has landed
+// and before any thread reads it (the caller's barriers).
+template <KernelConfig C, bool kToFp16>
+__device__ __forceinline__ void q_mma_pairs(typename Traits<C>::T* sQ, float* row_scale,
+                                            int tid) {
+  using Tr = Traits<C>;
+  constexpr int kPerRow = Tr::kThreads / C.B_r;
+  static_assert(kPerRow >= 1 && Tr::kThreads % C.B_r == 0, "whole threads per row");
+  constexpr int kGroups = C.d_head / 16 / kPerRow;  // 16-column groups of a row per thread
+  static_assert(kGroups * kPerRow * 16 == C.d_head, "whole groups per thread");
+  int const row = tid / kPerRow;
+  uint32_t const tile = ptx::smem_addr(sQ);
+  auto at = [&](int j, int half) {
+    return tile + 2 * tile_offset<C.B_r, C.swizzled>(row, 16 * (tid % kPerRow + kPerRow * j) +
+                                                              8 * half);
+  };
+  float down = 1.f;
+  if constexpr (kToFp16) {
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j, 0)), mx);
+      mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j, 1)), mx);
+    }
+    down = row_fp16_scale<kPerRow>(mx, row_scale, row, tid);
+  }
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    uint4 lo = ptx::ld_shared_16(at(j, 0));
+    uint4 hi = ptx::ld_shared_16(at(j, 1));
+    if constexpr (kToFp16) {
+      lo = ptx::bf16x8_to_fp16(lo, down);
+      hi = ptx::bf16x8_to_fp16(hi, down);
+    }
+    ptx::st_shared_16(at(j, 0), make_uint4(lo.x, lo.z, hi.x, hi.z));
+    ptx::st_shared_16(at(j, 1), make_uint4(lo.y, lo.w, hi.y, hi.w));
   }
 }
 

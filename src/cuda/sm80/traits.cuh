@@ -59,6 +59,7 @@ struct Traits {
 
   static constexpr int kSmemBytes = smem_bytes(C);
   static constexpr int kE4M3SmemBytes = e4m3_smem_bytes(C);  // with an e4m3 cache
+  static constexpr int kE4M3SplitSmemBytes = e4m3_split_smem_bytes(C);  // and the key split
 };
 
 // nvcc's host-stub generator cannot spell a class-type non-type template argument of a __global__

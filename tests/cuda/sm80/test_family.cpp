@@ -97,10 +97,18 @@ TEST_SUITE("family") {
     Schedule const mha = f.schedule(device, entry, test::dense_problem(1, 1, 8192, 8, 8), false);
     CHECK(mha.key_split);
     CHECK(mha.general);
-    // An e4m3 cache runs its own instantiation; prefill and non-decode tiles never split.
+    // An e4m3 cache splits too (its own instantiation, reading e4m3 bytes into fragments),
+    // with less shared memory: Q, two stages of e4m3 K and V, the rows' powers of two.
     Problem fp8 = test::dense_problem(1, 1, 8192, 32, 8);
     fp8.kv_dtype = DType::kE4M3;
-    CHECK_FALSE(f.schedule(device, entry, fp8, true).key_split);
+    CHECK(f.schedule(device, entry, fp8, true).key_split);
+    CHECK(f.smem_bytes(entry.config, fp8) == sm80::e4m3_split_smem_bytes(entry.config));
+    CHECK(f.smem_bytes(entry.config, fp8) == 80 * 1024 + 4 * 64);
+    Problem fp8_rows = test::dense_problem(1, 5, 8192, 32, 8);
+    fp8_rows.kv_dtype = DType::kE4M3;
+    CHECK_FALSE(f.schedule(device, entry, fp8_rows, true).key_split);
+    CHECK(f.smem_bytes(entry.config, fp8_rows) == sm80::e4m3_smem_bytes(entry.config));
+    // Prefill and non-decode tiles never split.
     Problem const prefill = test::dense_problem(1, 512, 8192, 32, 8);
     CHECK_FALSE(f.schedule(device, entry, prefill, true).key_split);
     KernelEntry wide{test::mma_sync_kernel(128, 128, 8), nullptr, nullptr, nullptr, nullptr};
