@@ -20,7 +20,7 @@ constexpr int64_t smem_bytes(KernelConfig const& c) {
 }
 // With an e4m3 cache, the K and V tiles' bytes are staged after them: per row, 8 threads' slots
 // of 16 bytes for each 128 columns begun (smem_tile.cuh's E4M3Tile); then a float per query row
-// (bf16 queries' powers of two, smem_tile.cuh's q_bf16_to_fp16).
+// (bf16 queries' powers of two, smem_tile.cuh's q_for_mma).
 constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
   return smem_bytes(c) + 2 * int64_t(c.B_c) * 128 * ((c.d_head + 127) / 128) + 4 * int64_t(c.B_r);
 }

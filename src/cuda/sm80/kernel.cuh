@@ -33,7 +33,7 @@ namespace fa::cuda::sm80 {
 // kE4M3Kv (a general instantiation, fp8_kv_tile configs only) reads an e4m3 K/V cache: each
 // tile's bytes are staged in shared memory and converted to fp16 by the threads that copied them
 // (smem_tile.cuh), the MMAs run in fp16 (bf16 queries rewritten as fp16 rows times a power of
-// two, q_bf16_to_fp16), the scores scaled by k_descale (and each row's power of two) and O by
+// two, q_for_mma), the scores scaled by k_descale (and each row's power of two) and O by
 // v_descale.
 // kKeySplit (a general instantiation of the decode tiles with a 16-bit cache, where the tile's
 // rows fit one warp's 16: ForwardParams::key_split) gives each warp a quarter of every key
@@ -88,7 +88,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // e4m3 staging of K and V after V (e4m3_smem_bytes).
   uint32_t const stage_k = ptx::smem_addr(sV + C.B_c * C.d_head);
   uint32_t const stage_v = stage_k + C.B_c * 128 * ((C.d_head + 127) / 128);
-  // Each query row's power of two with bf16 queries on an e4m3 cache (q_bf16_to_fp16), after
+  // Each query row's power of two with bf16 queries on an e4m3 cache (q_for_mma), after
   // the staging (e4m3_smem_bytes; kDirect: e4m3_split_smem_bytes).
   float* const row_scale = reinterpret_cast<float*>(
       smem_raw + (kDirect ? C.B_r * C.d_head * sizeof(T) + 4 * kTileBytes
@@ -278,7 +278,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     if (paged && n_visit > 1) look_up_pages(block_begin + 1);
     wait_loads<C, 1>();  // Q landed; this warp's K[0] and V[0] may still be in flight
     __syncthreads();
-    q_mma_pairs<C, kQToFp16>(sQ, row_scale, tid);
+    q_for_mma<C, kQToFp16, true>(sQ, row_scale, tid);
     __syncthreads();
   } else if constexpr (kE4M3Kv) {
     if (n_visit > 0) {
@@ -295,7 +295,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       wait_loads<C, 0>();
     }
     __syncthreads();
-    q_bf16_to_fp16<C>(sQ, row_scale, tid);
+    q_for_mma<C, true, false>(sQ, row_scale, tid);
     __syncthreads();
   }
 
@@ -400,7 +400,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     };
     if constexpr (kDirect) {
       // Each ldmatrix.x4 register holds 4 e4m3 values of one key (columns 4t..4t+3 of a k16
-      // step: q_mma_pairs ordered Q to match), decoded into the B fragment's two pairs.
+      // step: q_for_mma ordered Q to match), decoded into the B fragment's two pairs.
       constexpr int kStepsPerLd = kKeyRowsPerLd == 32 ? 1 : 2;
       static_assert(Tr::kDSteps % kStepsPerLd == 0 && 32 / kKeyRowsPerLd == kStepsPerLd, "x4");
       static_for<Tr::kDSteps / kStepsPerLd>([&](auto ld) {

@@ -153,7 +153,7 @@ __device__ __forceinline__ void load_tile_e4m3(uint32_t staging, RowPtr const& r
 }
 
 // The 16-bit tile is in M, the type of the MMAs: fp16 for both query types on e4m3 tiles
-// (one cvt per pair on sm_89+ where bf16 takes five instructions; see q_bf16_to_fp16).
+// (one cvt per pair on sm_89+ where bf16 takes five instructions; see q_for_mma).
 template <KernelConfig C, int kRows, class M>
 __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, uint32_t staging,
                                                   int tid) {
@@ -207,44 +207,6 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
       });
     }
   });
-}
-
-// A bf16 query row's power of two 2^k (ptx.cuh's bf16_row_exponent) from the largest magnitude
-// `mx` each of its kPerRow adjacent threads saw: 2^k goes to row_scale[row], 2^-k is returned.
-template <int kPerRow>
-__device__ __forceinline__ float row_fp16_scale(float mx, float* row_scale, int row, int tid) {
-#pragma unroll
-  for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
-  int const k = ptx::bf16_row_exponent(mx);
-  if (tid % kPerRow == 0) row_scale[row] = ptx::pow2(k);
-  return ptx::pow2(-k);
-}
-
-// bf16 queries against an e4m3 cache, rewritten in place as fp16 rows times powers of two
-// (ptx.cuh's bf16x8_to_fp16 says how and why), so the tile's MMAs run in fp16 with the cache
-// decoded into fp16 (convert_tile_e4m3); 2^k goes to row_scale[row] for the scores. All
-// kThreads threads, kThreads / B_r per row (2 at B_r 64, 4 warps), after Q has landed and
-// before any thread reads it (the caller's barriers).
-template <KernelConfig C>
-__device__ __forceinline__ void q_bf16_to_fp16(typename Traits<C>::T* sQ, float* row_scale,
-                                               int tid) {
-  using Tr = Traits<C>;
-  constexpr int kPerRow = Tr::kThreads / C.B_r;
-  static_assert(kPerRow >= 1 && Tr::kThreads % C.B_r == 0, "whole threads per row");
-  constexpr int kChunks = C.d_head / 8 / kPerRow;  // 16-byte chunks of a row per thread
-  int const row = tid / kPerRow;
-  uint32_t const tile = ptx::smem_addr(sQ);
-  auto at = [&](int j) {
-    return tile + 2 * tile_offset<C.B_r, C.swizzled>(row, 8 * (tid % kPerRow + kPerRow * j));
-  };
-  float mx = 0.f;
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j)), mx);
-  float const down = row_fp16_scale<kPerRow>(mx, row_scale, row, tid);
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    ptx::st_shared_16(at(j), ptx::bf16x8_to_fp16(ptx::ld_shared_16(at(j)), down));
-  }
 }
 
 template <KernelConfig C, int kRows, class RowPtr>
@@ -314,15 +276,17 @@ __device__ __forceinline__ void load_warp_rows_e4m3(uint32_t tile, RowPtr const&
   });
 }
 
-// Q for the e4m3 key split's MMAs, in place: bf16 rows rewritten as fp16 times a power of two
-// (kToFp16: as q_bf16_to_fp16), and each 16-column group's pairs reordered (0, 2, 4, 6, 1, 3,
-// 5, 7). A lane's K fragment, ldmatrix'd from e4m3 bytes, holds columns 4t..4t+3 of its key
-// where the MMA's B operand expects 2t, 2t + 1, 2t + 8, 2t + 9: Q's columns are permuted to
-// match (Q K^T sums over them). All kThreads threads, kThreads / B_r per row, after Q has landed
-// and before any thread reads it (the caller's barriers).
-template <KernelConfig C, bool kToFp16>
-__device__ __forceinline__ void q_mma_pairs(typename Traits<C>::T* sQ, float* row_scale,
-                                            int tid) {
+// Q for the MMAs against an e4m3 cache, rewritten in place. kToFp16 (bf16 queries): each row
+// as fp16 times a power of two 2^-k (ptx.cuh's bf16x8_to_fp16 says how and why), so the MMAs
+// run in fp16 with the cache decoded into fp16; 2^k goes to row_scale[row] for the scores.
+// kPairOrder (the key split's tiles, kernel.cuh's kDirect): each 16-column group's pairs
+// reordered (0, 2, 4, 6, 1, 3, 5, 7). A lane's K fragment, ldmatrix'd from e4m3 bytes, holds
+// columns 4t..4t+3 of its key where the MMA's B operand expects 2t, 2t + 1, 2t + 8, 2t + 9:
+// Q's columns are permuted to match (Q K^T sums over them). All kThreads threads,
+// kThreads / B_r per row (2 at B_r 64, 4 warps), after Q has landed and before any thread
+// reads it (the caller's barriers).
+template <KernelConfig C, bool kToFp16, bool kPairOrder>
+__device__ __forceinline__ void q_for_mma(typename Traits<C>::T* sQ, float* row_scale, int tid) {
   using Tr = Traits<C>;
   constexpr int kPerRow = Tr::kThreads / C.B_r;
   static_assert(kPerRow >= 1 && Tr::kThreads % C.B_r == 0, "whole threads per row");
@@ -342,7 +306,11 @@ __device__ __forceinline__ void q_mma_pairs(typename Traits<C>::T* sQ, float* ro
       mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j, 0)), mx);
       mx = ptx::bf16x8_abs_max(ptx::ld_shared_16(at(j, 1)), mx);
     }
-    down = row_fp16_scale<kPerRow>(mx, row_scale, row, tid);
+#pragma unroll
+    for (int m = 1; m < kPerRow; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+    int const k = ptx::bf16_row_exponent(mx);
+    down = ptx::pow2(-k);
+    if (tid % kPerRow == 0) row_scale[row] = ptx::pow2(k);
   }
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) {
@@ -352,8 +320,13 @@ __device__ __forceinline__ void q_mma_pairs(typename Traits<C>::T* sQ, float* ro
       lo = ptx::bf16x8_to_fp16(lo, down);
       hi = ptx::bf16x8_to_fp16(hi, down);
     }
-    ptx::st_shared_16(at(j, 0), make_uint4(lo.x, lo.z, hi.x, hi.z));
-    ptx::st_shared_16(at(j, 1), make_uint4(lo.y, lo.w, hi.y, hi.w));
+    if constexpr (kPairOrder) {
+      ptx::st_shared_16(at(j, 0), make_uint4(lo.x, lo.z, hi.x, hi.z));
+      ptx::st_shared_16(at(j, 1), make_uint4(lo.y, lo.w, hi.y, hi.w));
+    } else {
+      ptx::st_shared_16(at(j, 0), lo);
+      ptx::st_shared_16(at(j, 1), hi);
+    }
   }
 }
 
