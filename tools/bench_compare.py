@@ -144,7 +144,7 @@ def kernel_names(args, dtype):
             for r in csv.DictReader(io.StringIO(out))}
 
 
-def table(gpu, dtype, rows, names):
+def table(gpu, dtype, rows, names, window_ms, repeats):
     """The markdown table of one dtype: TFLOP/s per backend, ours over each baseline."""
     base = [n for n in BASELINES if n in names]
     by_point = {}
@@ -154,7 +154,8 @@ def table(gpu, dtype, rows, names):
             by_point.setdefault(key, {})[r["backend"]] = r
     lines = [f"GPU: {gpu}; {dtype}; TFLOP/s = 4 B H S^2 D / time (halved for causal), batch = "
              "16384 / S, heads = 2048 / D (32 where D does not divide 2048; D:D_v counts "
-             "2 B H S^2 (D + D_v)); back-to-back calls in >= 200 ms windows, median of 3.",
+             f"2 B H S^2 (D + D_v)); back-to-back calls in >= {window_ms:g} ms windows, median of "
+             f"{repeats}.",
              "", "| D | causal | S | " + " | ".join(names) + " | "
              + " | ".join(f"ours / {n}" for n in base) + " | kernel |",
              "|" + "---|" * (4 + len(names) + len(base))]
@@ -224,7 +225,7 @@ def main():
         w.writerows(rows)
     lines = []
     for dtype_name in args.dtype.split(","):
-        lines += table(gpu, dtype_name, rows, names) + [""]
+        lines += table(gpu, dtype_name, rows, names, args.window_ms, args.repeats) + [""]
     (out_dir / "performance.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -246,6 +246,18 @@ def sm90_configs(dtype, d_head):
     return configs
 
 
+def fp8_kv_configs(dtype, d_head):
+    """The sm90 tile that reads e4m3 K/V caches (rules::fp8_kv_tile, src/cuda/sm90/config.hpp:
+    128 x 128, two stages, overlap, persistent, d 64 and 128), built whatever the choice table
+    names: against an e4m3 cache the choice skips the table's fallback rows and runs the largest
+    runnable tile, which on Hopper must be this one (0.63-0.94x the 16-bit cache's speed, where
+    the mma.sync e4m3 decode tile ran chunked prefill at 0.34-0.37x). A table re-derived from a
+    16-bit sweep need not name it (at d 64 the one of 2026-11-25 does not)."""
+    if d_head > 128:
+        return []
+    return [dataclasses.replace(sm90_configs(dtype, d_head)[0], overlap=True, persistent=True)]
+
+
 def sm90_tuning_configs(dtype, d_head):
     """Candidates for a tuning sweep (FA_KERNEL_SET=sm90): sm90_configs' tiles with every
     combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
@@ -280,6 +292,7 @@ def select(kernel_set, dtypes, head_dims, tables, sm90, built):
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
         for dtype, d in itertools.product(dtypes, head_dims):
             configs.update(decode_configs(dtype, d))
+            configs.update(fp8_kv_configs(dtype, d))
     # A choice table may name kernels of a family the build leaves out (sm90 without sm_90a).
     configs = {c for c in configs if c.family in {f.id for f in built}}
     for dtype, d in itertools.product(dtypes, head_dims):

@@ -25,15 +25,27 @@ ForwardParams paper_point(int seqlen, int d, bool causal) {
 TEST_SUITE("family") {
   TEST_CASE("sm90 tile order: pairs walked together") {
     constexpr int64_t kGrid = 132;  // an H100's or H200's SMs
-    SUBCASE("K and V within 24 MiB of L2 without a mask or persistent blocks") {
+    SUBCASE("without a mask: the query heads of one K/V head") {
+      for (int seqlen : {512, 16384}) {
+        for (bool persistent : {false, true}) {
+          ForwardParams p = paper_point(seqlen, 128, false);
+          CHECK(head_group(p, 128, persistent, kGrid) == 1);
+          p.q_heads_per_kv = 4;
+          CHECK(head_group(p, 128, persistent, kGrid) == 4);
+        }
+      }
+      ForwardParams p = paper_point(16384, 128, false);  // 1 x 16 pairs
+      p.q_heads_per_kv = 32;
+      CHECK(head_group(p, 128, true, kGrid) == 16);
+    }
+    SUBCASE("under a mask without persistent blocks: K and V within 24 MiB of L2") {
       // d 128, 16k keys: 8 MiB of K and V a head, 3 heads; 4 query heads per K/V head share it.
-      ForwardParams p = paper_point(16384, 128, false);
-      CHECK(head_group(p, 128, true, kGrid) == 3);
-      CHECK(head_group(paper_point(16384, 128, true), 128, false, kGrid) == 3);
+      ForwardParams p = paper_point(16384, 128, true);
+      CHECK(head_group(p, 128, false, kGrid) == 3);
       p.q_heads_per_kv = 4;
-      CHECK(head_group(p, 128, true, kGrid) == 12);
+      CHECK(head_group(p, 128, false, kGrid) == 12);
       // 512 keys: 256 KiB a head, 96 heads of the 512 pairs.
-      CHECK(head_group(paper_point(512, 128, false), 128, true, kGrid) == 96);
+      CHECK(head_group(paper_point(512, 128, true), 128, false, kGrid) == 96);
     }
     SUBCASE("a persistent kernel under a mask, short sequences: L2's share, at least 4 rounds") {
       // 4 query blocks a pair: 132 pairs fill 4 rounds of 132 blocks (more than L2's 96).
@@ -52,7 +64,7 @@ TEST_SUITE("family") {
       p.batch = 1;
       p.heads_q = 2;
       CHECK(head_group(p, 128, true, kGrid) == 2);
-      p = paper_point(16384, 256, false);
+      p = paper_point(16384, 256, true);
       p.seqlen_k = 1 << 30;  // K and V far past L2
       CHECK(head_group(p, 256, false, kGrid) == 1);
     }
