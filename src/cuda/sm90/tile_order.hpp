@@ -31,9 +31,9 @@ namespace fa::cuda::sm90 {
 //     for FA4; grouped, 1.17x faster at 512 and 1024 (ncu and back-to-back timing, H200).
 inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid) {
   int64_t const pairs = int64_t(p.heads_q) * p.batch;
+  if (!p.masked) return std::clamp<int64_t>(p.q_heads_per_kv, 1, pairs);
   constexpr int64_t kL2Budget = int64_t(24) << 20;
   int64_t const kv_bytes = 2 * int64_t(p.seqlen_k) * d_head * 2;
-  if (!p.masked) return std::clamp<int64_t>(p.q_heads_per_kv, 1, pairs);
   int64_t group = kL2Budget * p.q_heads_per_kv / std::max<int64_t>(kv_bytes, 1);
   if (persistent) {
     constexpr int64_t kMaxGroupedBlocks = 16, kMinRounds = 4;
