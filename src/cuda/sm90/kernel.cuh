@@ -73,7 +73,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   }
 
   regs_alloc<kE4M3 ? T::kE4M3ConsumerRegs : T::kConsumerRegs>();
-  int const wg = tid / 128 - 1;  // consumer warpgroup
+  // The consumer warpgroup; at d 64 and 128 through a shuffle, so the compiler knows it is
+  // warp-uniform and builds the Q tile's stepped wgmma descriptors in uniform registers (no
+  // per-block 64-bit adds and moves on the vector pipe). With the softmax overlap
+  // (mainloop_mma.cuh) the FA-paper grid then ran d 128 1.00-1.12x and d 64 0.99-1.07x the
+  // previous commit, the overlap alone 1.00-1.04x and 0.98-1.04x (H200). At d 256, whose
+  // descriptors are not stepped, its uniform registers ran out and it spilled more (0.95-1.02x).
+  int const wg = (Slot<T>::kStepped ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128) - 1;
   int const warp = (tid / 32) % 4, lane = tid % 32;
   int const r0 = 16 * warp + lane / 4;  // this thread's rows in the warpgroup: r0 and r0 + 8
   uint32_t const q_base = smem_addr(sm.q_tile) + wg * 64 * 128;
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       }
     }
 
-    auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) {
+    auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) -> bool {
       int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
       if constexpr (kE4M3) {
         if (scale_scores) {
@@ -138,7 +144,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
           for (int i = 0; i < T::kBc / 2; ++i) sc[i] *= score_mul[(i >> 1) & 1];
         }
       }
-      softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
+      return softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
     };
     if constexpr (kNarrow) {
       consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks,

@@ -159,6 +159,8 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     }
     wgmma_commit();
   };
+  // O times each row's factor, in the blocks where softmax() says a row moved its maximum
+  // (softmax.cuh's kStaleLog2).
   auto rescale_o = [&](float const(&rescale)[2]) {
 #pragma unroll
     for (int i = 0; i < kVCols / 2; ++i) o[i] *= rescale[(i >> 1) & 1];
@@ -206,11 +208,21 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
         wgmma_wait<1>();  // Q K^T of block it + 1 is done; P V of block it may still run
         fence_operands(sc);
         qk_done(nxt, it + 2 == n_blocks);
-        softmax(it + 1, sc, rescale);
-        wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
-        fence_operands(o);
+        // The wait for block it's P V sits in both arms of a branch on the softmax's outcome:
+        // after the softmax in one basic block, ptxas hoisted it to the block's top, above the
+        // row maximum and every exponential, so the softmax never ran under this warpgroup's
+        // P V (SASS of every overlapped sm90 kernel; in the branch, the FA-paper grid ran
+        // 1.02x, d 256 up to 1.05x; H200). The condition is ORed over the warpgroup (the wait
+        // is .aligned) and O is rescaled only where a row moved its maximum (softmax.cuh).
+        if (named_any(3 + turns.wg, 128, softmax(it + 1, sc, rescale))) {
+          wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
+          fence_operands(o);
+          rescale_o(rescale);
+        } else {
+          wgmma_wait<0>();
+          fence_operands(o);
+        }
         release(sm.v_empty, cur);
-        rescale_o(rescale);
         to_p(sc, pk);
         cur = nxt;
       }
@@ -232,8 +244,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
       wgmma_wait<0>();
       fence_operands(sc);
       qk_done(cur, it + 1 == n_blocks);
-      softmax(it, sc, rescale);
-      rescale_o(rescale);
+      if (softmax(it, sc, rescale)) rescale_o(rescale);
       to_p(sc, pk);
       turns.take();
       issue_pv(cur, pk);

@@ -163,5 +163,21 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// `pred` ORed over the `threads` threads meeting on named barrier `id` (bar.red), the same result
+// for all of them: a condition every thread of a warpgroup must take alike, as around a
+// wgmma.wait_group (.aligned: one instruction for the whole warpgroup).
+__device__ __forceinline__ bool named_any(int id, int threads, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\tbar.red.or.pred p, %2, %3, q;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(out)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  // Through a warp vote (the same value back) so that ptxas knows a branch on it is uniform: on
+  // the barrier's predicate alone it took the branch for a divergent one and built the loop's
+  // wgmma descriptors on the vector pipe instead of the uniform datapath.
+  return __any_sync(0xffffffffu, out != 0);
+}
 
 }  // namespace fa::cuda::sm90
