@@ -30,7 +30,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -77,6 +77,9 @@ if want build; then
     grep 'bytes spill' "$logs/build.log" | sort | uniq -c | head -n 20
   fi
 fi
+# Each overlapped sm90 kernel's softmax between its two waits, and every kernel's stack frame
+# (tools/check_sass.py; the toolkit's cuobjdump).
+step sass python3 tools/check_sass.py "$build/libflashattn.so.0" --csv "$out/sass.csv"
 step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
 step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" \

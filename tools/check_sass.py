@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Checks the SASS of the sm90 forward kernels for what the source cannot show: that each
+overlapped kernel's softmax runs while its warpgroup's previous P V is on the tensor cores.
+
+In the key loop of an overlapped kernel (src/cuda/sm90/mainloop_mma.cuh) a warpgroup waits for
+block it + 1's Q K^T (`WARPGROUP.DEPBAR.LE gsb0, 0x1`), runs that block's softmax, then waits for
+block it's P V (`WARPGROUP.DEPBAR.LE gsb0, 0x0`). ptxas is free to move the second wait up: it
+did, to the top of the basic block holding the softmax, and every kernel ran its exponentials
+after its own P V for months without a test noticing (docs/performance.md, "the softmax under the
+same warpgroup's P V"). Here, per kernel and in address order, the `MUFU.EX2` instructions
+between a `0x1` wait and the next `0x0` wait are counted, and those after such a `0x0` wait before
+the next HGMMA; an overlapped kernel fails with fewer than B_c / 2 of them in the first place (a
+thread's share of one key block's exponentials) or any in the second. Each kernel's stack frame (`cuobjdump -res-usage`: bytes
+of spills and local arrays) is reported beside it.
+
+    python3 tools/check_sass.py build/libflashattn.so.0 [more libraries or cubins] [--csv FILE]
+
+cuobjdump (and the nvdisasm it runs) come from FA_CUOBJDUMP, PATH, or the CUDA Toolkit of the
+nvcc on PATH; the exit status is 0 when every overlapped kernel passes, 1 when one fails, 2 when
+no sm90 forward kernel or no cuobjdump was found.
+"""
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+# forward_kernel<Tile<DType, D, B_c, stages, consumers, overlap, pingpong, persistent>,
+#                kGeneral, kNarrow, kE4M3> (src/cuda/sm90/kernel.cuh, tile.cuh), as mangled.
+KERNEL = re.compile(
+    r"_ZN2fa4cuda4sm9014forward_kernelINS1_4TileILNS_5DTypeE(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)"
+    r"ELb([01])ELb([01])ELb([01])EEELb([01])ELb([01])ELb([01])E")
+DTYPES = {"1": "fp16", "2": "bf16"}
+WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x(\d)")
+
+
+def find_cuobjdump():
+    """The cuobjdump binary to run, or None."""
+    candidates = [os.environ.get("FA_CUOBJDUMP"), shutil.which("cuobjdump")]
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
+                                    if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc:
+        candidates.append(os.path.join(os.path.dirname(os.path.realpath(nvcc)), "cuobjdump"))
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def describe(match):
+    """A kernel's config from its mangled name, in the registry's spelling where it can."""
+    dt, d, bc, stages, consumers, overlap, pingpong, persistent, general, narrow, e4m3 = \
+        match.groups()
+    knobs = ["sm90", "stages_" + stages] + [k for k, on in (
+        ("overlap", overlap), ("pingpong", pingpong), ("persistent", persistent)) if on == "1"]
+    variant = "e4m3" if e4m3 == "1" else "narrow" if narrow == "1" else \
+        "general" if general == "1" else "plain"
+    rows = 64 * int(consumers)
+    return {
+        "kernel": "(%s, %s, %d, %s, %d): %s" % (DTYPES.get(dt, "dtype" + dt).upper(), d, rows, bc,
+                                                4 * (int(consumers) + 1), "+".join(knobs)),
+        "variant": variant,
+        "overlap": overlap == "1",
+        "b_c": int(bc),
+    }
+
+
+def stacks(cuobjdump, path):
+    """Each function's stack frame in bytes (cuobjdump -res-usage)."""
+    out = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True,
+                         check=True).stdout
+    frames, name = {}, None
+    for line in out.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        m = re.search(r"STACK:(\d+)", line)
+        if m and name:
+            frames[name] = int(m.group(1))
+            name = None
+    return frames
+
+
+def overlap_counts(lines):
+    """In address order: the MUFU.EX2 count between each 0x1 wait and the next 0x0 wait, and the
+    MUFU.EX2 count after such a closing 0x0 wait before the next HGMMA or 0x1 wait (the key loop
+    runs its softmax there when the wait for P V has been moved above it)."""
+    spans, after, inside, closed, n = [], 0, False, False, 0
+    for line in lines:
+        w = WAIT.search(line)
+        if w:
+            if w.group(1) == "1":
+                inside, closed, n = True, False, 0
+            elif inside:
+                spans.append(n)
+                inside, closed = False, True
+        elif "HGMMA" in line:
+            closed = False
+        elif "MUFU.EX2" in line:
+            if inside:
+                n += 1
+            elif closed:
+                after += 1
+    return spans, after
+
+
+def check(cuobjdump, path):
+    """One row per sm90 forward kernel of one file."""
+    sass = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True,
+                          check=True).stdout
+    frames = stacks(cuobjdump, path)
+    rows, name, body = [], None, []
+
+    def flush():
+        if name is None:
+            return
+        m = KERNEL.search(name)
+        if not m:
+            return
+        row = describe(m)
+        spans, after = overlap_counts(body)
+        row["exp_under_pv"] = max(spans) if spans else 0
+        row["exp_after_pv"] = after
+        row["stack_bytes"] = frames.get(name, -1)
+        row["ok"] = not row["overlap"] or (row["exp_under_pv"] >= row["b_c"] // 2 and after == 0)
+        rows.append(row)
+
+    for line in sass.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            flush()
+            name, body = m.group(1), []
+        elif name is not None:
+            body.append(line)
+    flush()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="libflashattn.so.0 or cubins")
+    ap.add_argument("--csv", help="write every kernel's row here")
+    args = ap.parse_args()
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        print("check_sass: no cuobjdump (set FA_CUOBJDUMP, or put the CUDA Toolkit's bin/ on "
+              "PATH)", file=sys.stderr)
+        return 2
+    rows = []
+    for path in args.files:
+        try:
+            found = check(cuobjdump, path)
+        except subprocess.CalledProcessError as e:
+            print("check_sass: %s failed on %s: %s" % (cuobjdump, path, e.stderr.strip()),
+                  file=sys.stderr)
+            return 2
+        for row in found:
+            row["file"] = os.path.basename(path)
+            rows.append(row)
+    if not rows:
+        print("check_sass: no sm90 forward kernel in " + ", ".join(args.files), file=sys.stderr)
+        return 2
+    fields = ["file", "kernel", "variant", "overlap", "b_c", "exp_under_pv", "exp_after_pv",
+              "stack_bytes", "ok"]
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+    bad = [r for r in rows if not r["ok"]]
+    for r in rows:
+        print("%-4s %-62s %-7s MUFU.EX2 under / after P V %4s %4s  stack %4d B" % (
+            "ok" if r["ok"] else "FAIL", r["kernel"], r["variant"],
+            r["exp_under_pv"] if r["overlap"] else "-", r["exp_after_pv"] if r["overlap"] else "-",
+            r["stack_bytes"]))
+    print("%d sm90 forward kernels, %d overlapped; %d with the softmax not under P V" % (
+        len(rows), sum(r["overlap"] for r in rows), len(bad)))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
