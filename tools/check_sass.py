@@ -5,13 +5,14 @@ overlapped kernel's softmax runs while its warpgroup's previous P V is on the te
 In the key loop of an overlapped kernel (src/cuda/sm90/mainloop_mma.cuh) a warpgroup waits for
 block it + 1's Q K^T (`WARPGROUP.DEPBAR.LE gsb0, 0x1`), runs that block's softmax, then waits for
 block it's P V (`WARPGROUP.DEPBAR.LE gsb0, 0x0`). ptxas is free to move the second wait up: it
-did, to the top of the basic block holding the softmax, and every kernel ran its exponentials
-after its own P V for months without a test noticing (docs/performance.md, "the softmax under the
-same warpgroup's P V"). Here, per kernel and in address order, the `MUFU.EX2` instructions
-between a `0x1` wait and the next `0x0` wait are counted, and those after such a `0x0` wait before
-the next HGMMA; an overlapped kernel fails with fewer than B_c / 2 of them in the first place (a
-thread's share of one key block's exponentials) or any in the second. Each kernel's stack frame (`cuobjdump -res-usage`: bytes
-of spills and local arrays) is reported beside it.
+did, to the top of the basic block holding the softmax, and every overlapped kernel ran its
+exponentials after its own P V without a test noticing (docs/performance.md, "the softmax under
+the same warpgroup's P V"). Here, per kernel and in address order, the `MUFU.EX2` instructions
+between a `0x1` wait and the next `0x0` wait are counted, and those after such a `0x0` wait
+before the next HGMMA; an overlapped kernel fails with fewer than B_c / 2 of them in the first
+place (a thread's share of one key block's exponentials) or any in the second. Each kernel's
+stack frame (`cuobjdump -res-usage`: bytes of spills and local arrays) is reported beside it.
+tests/tools/test_check_sass.py checks this reading on listings written in cuobjdump's format.
 
     python3 tools/check_sass.py build/libflashattn.so.0 [more libraries or cubins] [--csv FILE]
 
@@ -68,12 +69,10 @@ def describe(match):
     }
 
 
-def stacks(cuobjdump, path):
-    """Each function's stack frame in bytes (cuobjdump -res-usage)."""
-    out = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True,
-                         check=True).stdout
+def stack_frames(res_usage):
+    """Each function's stack frame in bytes, from `cuobjdump -res-usage` output."""
     frames, name = {}, None
-    for line in out.splitlines():
+    for line in res_usage.splitlines():
         m = re.match(r"\s*Function (\S+):", line)
         if m:
             name = m.group(1)
@@ -108,17 +107,13 @@ def overlap_counts(lines):
     return spans, after
 
 
-def check(cuobjdump, path):
-    """One row per sm90 forward kernel of one file."""
-    sass = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True,
-                          check=True).stdout
-    frames = stacks(cuobjdump, path)
+def kernel_rows(sass, frames):
+    """One row per sm90 forward kernel in `cuobjdump -sass` output, with its stack frame from
+    `frames` (-1 where unknown)."""
     rows, name, body = [], None, []
 
     def flush():
-        if name is None:
-            return
-        m = KERNEL.search(name)
+        m = KERNEL.search(name) if name else None
         if not m:
             return
         row = describe(m)
@@ -138,6 +133,13 @@ def check(cuobjdump, path):
             body.append(line)
     flush()
     return rows
+
+
+def check(cuobjdump, path):
+    """One row per sm90 forward kernel of one file."""
+    run = lambda *a: subprocess.run([cuobjdump, *a, path], capture_output=True, text=True,
+                                    check=True).stdout
+    return kernel_rows(run("-sass"), stack_frames(run("-res-usage")))
 
 
 def main():

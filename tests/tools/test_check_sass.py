@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""tools/check_sass.py's reading of SASS, on listings written here in cuobjdump's format (so it
+runs without cuobjdump or a GPU): the key-loop shapes it must pass and the ones it must fail."""
+
+import importlib.util
+import os
+import sys
+import unittest
+
+_TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                     "check_sass.py")
+_spec = importlib.util.spec_from_file_location("check_sass", _TOOL)
+check_sass = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_sass)
+
+
+def mangled(d=128, b_c=128, consumers=2, overlap=1, pingpong=0, persistent=1, general=0,
+            narrow=0, e4m3=0, dtype=2):
+    """An sm90 forward kernel's mangled name, as nvcc spells it."""
+    return ("_ZN2fa4cuda4sm9014forward_kernelINS1_4TileILNS_5DTypeE%dELi%dELi%dELi2ELi%dELb%dELb%d"
+            "ELb%dEEELb%dELb%dELb%dEEEvNS1_6ParamsE" % (dtype, d, b_c, consumers, overlap,
+                                                      pingpong, persistent, general, narrow,
+                                                      e4m3))
+
+
+def listing(functions):
+    """cuobjdump -sass text: (name, [instruction, ...]) pairs, addresses made up."""
+    out = ["", "Fatbin elf code:", "================", "arch = sm_90a", ""]
+    for name, body in functions:
+        out.append("\t\tFunction : " + name)
+        out.append("\t.headerflags\t@\"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS\"")
+        for i, ins in enumerate(body):
+            out.append("        /*%04x*/                   %s ;   /* 0x000000000000794d */" %
+                       (16 * i, ins))
+        out.append("        ..........")
+    return "\n".join(out) + "\n"
+
+
+W1 = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
+W0 = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+QK = "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], R24, gsb0"
+EXP = "MUFU.EX2 R26, R26"
+
+
+def loop(exps_under, exps_after):
+    """A key loop: Q K^T and P V issued, the wait for Q K^T, `exps_under` exponentials, the wait
+    for P V in both arms of a branch, `exps_after` exponentials, then the next issue."""
+    return ([QK, QK, W1] + [EXP] * exps_under + ["@P0 BRA 0x100", W0, "BRA 0x200", W0] +
+            [EXP] * exps_after + ["F2FP.BF16.F32.PACK_AB R120, R25, R24", QK])
+
+
+class KernelRows(unittest.TestCase):
+    def rows(self, functions, frames=None):
+        return check_sass.kernel_rows(listing(functions), frames or {})
+
+    def test_softmax_between_the_waits_passes(self):
+        (row,) = self.rows([(mangled(), [QK, W0] + [EXP] * 66 + loop(66, 0) + [QK, W0])])
+        self.assertTrue(row["ok"])
+        self.assertEqual(row["exp_under_pv"], 66)
+        self.assertEqual(row["exp_after_pv"], 0)
+        self.assertEqual(row["kernel"],
+                         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent")
+        self.assertEqual(row["variant"], "plain")
+
+    def test_wait_hoisted_above_the_softmax_fails(self):
+        # 0e61fba's shape: the P V wait right after the Q K^T wait, every exponential after it.
+        (row,) = self.rows([(mangled(), [QK, W0] + [EXP] * 66 + loop(0, 66) + [QK, W0])])
+        self.assertFalse(row["ok"])
+        self.assertEqual(row["exp_under_pv"], 0)
+        self.assertEqual(row["exp_after_pv"], 66)
+
+    def test_one_path_overlapped_and_another_not_fails(self):
+        (row,) = self.rows([(mangled(general=1), loop(130, 0) + loop(0, 66))])
+        self.assertFalse(row["ok"])
+        self.assertEqual(row["variant"], "general")
+
+    def test_too_few_exponentials_under_p_v_fails(self):
+        (row,) = self.rows([(mangled(b_c=176), loop(80, 0))])  # a 176-key block needs 88
+        self.assertFalse(row["ok"])
+
+    def test_kernels_without_overlap_are_not_checked(self):
+        body = [QK, W0] + [EXP] * 34 + [QK, W0]
+        (row,) = self.rows([(mangled(d=256, b_c=64, overlap=0, persistent=0), body)])
+        self.assertTrue(row["ok"])
+        self.assertFalse(row["overlap"])
+        self.assertEqual(row["kernel"], "(BF16, 256, 128, 64, 12): sm90+stages_2")
+
+    def test_variants_dtypes_and_other_functions(self):
+        rows = self.rows([
+            ("_ZN2fa4cuda4sm8014forward_kernelILi1EEEvv", loop(0, 66)),  # not sm90: ignored
+            (mangled(d=64, b_c=128, consumers=3, pingpong=0, e4m3=1, general=1), loop(66, 0)),
+            (mangled(d=128, b_c=192, narrow=1, general=1, pingpong=1, dtype=1), loop(98, 0)),
+        ])
+        self.assertEqual(len(rows), 2)
+        self.assertEqual(rows[0]["variant"], "e4m3")
+        self.assertEqual(rows[0]["kernel"],
+                         "(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+persistent")
+        self.assertEqual(rows[1]["variant"], "narrow")
+        self.assertEqual(rows[1]["kernel"],
+                         "(FP16, 128, 128, 192, 12): sm90+stages_2+overlap+pingpong+persistent")
+        self.assertTrue(all(r["ok"] for r in rows))
+
+    def test_stack_frames_from_res_usage(self):
+        name = mangled()
+        text = ("\nResource usage:\n Common:\n  GLOBAL:0\n Function %s:\n  REG:168 STACK:88 "
+                "SHARED:0 LOCAL:0 CONSTANT[0]:1536 TEXTURE:0 SURFACE:0 SAMPLER:0\n" % name)
+        frames = check_sass.stack_frames(text)
+        self.assertEqual(frames, {name: 88})
+        (row,) = self.rows([(name, loop(66, 0))], frames)
+        self.assertEqual(row["stack_bytes"], 88)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
