@@ -80,7 +80,7 @@ fi
 # Each overlapped sm90 kernel's softmax between its two waits, and every kernel's stack frame
 # (tools/check_sass.py; the toolkit's cuobjdump).
 step sass python3 tools/check_sass.py "$build/libflashattn.so.0" --csv "$out/sass.csv"
-step ctest ctest --test-dir "$build" --output-on-failure -LE gpu
+step ctest ctest --test-dir "$build" --output-on-failure -LE "gpu|sass"
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
 step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" \
   --test-case="every registered kernel*"

@@ -69,8 +69,16 @@ class KernelRows(unittest.TestCase):
         self.assertEqual(row["exp_under_pv"], 0)
         self.assertEqual(row["exp_after_pv"], 66)
 
+    def test_tanh_exponentials_alone_do_not_pass_a_general_kernel(self):
+        # 0e61fba's general kernels: soft-capping's B_c / 2 tanh exponentials between the waits,
+        # the softmax's after the second one; with the softmax moved up, both between.
+        (bad,) = self.rows([(mangled(general=1), loop(64, 0))])
+        self.assertFalse(bad["ok"])
+        (good,) = self.rows([(mangled(general=1), loop(130, 0))])
+        self.assertTrue(good["ok"])
+
     def test_one_path_overlapped_and_another_not_fails(self):
-        (row,) = self.rows([(mangled(general=1), loop(130, 0) + loop(0, 66))])
+        (row,) = self.rows([(mangled(general=1), loop(130, 0) + loop(64, 66))])
         self.assertFalse(row["ok"])
         self.assertEqual(row["variant"], "general")
 
@@ -88,8 +96,8 @@ class KernelRows(unittest.TestCase):
     def test_variants_dtypes_and_other_functions(self):
         rows = self.rows([
             ("_ZN2fa4cuda4sm8014forward_kernelILi1EEEvv", loop(0, 66)),  # not sm90: ignored
-            (mangled(d=64, b_c=128, consumers=3, pingpong=0, e4m3=1, general=1), loop(66, 0)),
-            (mangled(d=128, b_c=192, narrow=1, general=1, pingpong=1, dtype=1), loop(98, 0)),
+            (mangled(d=64, b_c=128, consumers=3, pingpong=0, e4m3=1, general=1), loop(130, 0)),
+            (mangled(d=128, b_c=192, narrow=1, general=1, pingpong=1, dtype=1), loop(194, 0)),
         ])
         self.assertEqual(len(rows), 2)
         self.assertEqual(rows[0]["variant"], "e4m3")

@@ -212,8 +212,10 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
         // after the softmax in one basic block, ptxas hoisted it to the block's top, above the
         // row maximum and every exponential, so the softmax never ran under this warpgroup's
         // P V (SASS of every overlapped sm90 kernel; in the branch, the FA-paper grid ran
-        // 1.02x, d 256 up to 1.05x; H200). The condition is ORed over the warpgroup (the wait
-        // is .aligned) and O is rescaled only where a row moved its maximum (softmax.cuh).
+        // 1.02x, d 256 up to 1.05x, H200, with a warp vote as the condition). The condition is
+        // ORed over the warpgroup instead (the wait is .aligned: synccheck failed the warp
+        // vote) and O is rescaled only where a row moved its maximum (softmax.cuh). That the
+        // exponentials stay above the wait is ptxas's choice: tools/check_sass.py checks it.
         if (named_any(3 + turns.wg, 128, softmax(it + 1, sc, rescale))) {
           wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
           fence_operands(o);

@@ -38,14 +38,14 @@ struct OnlineSoftmax {
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};
 
-  // A row keeps its running maximum until a block's exceeds it by more than 2^kStaleLog2 in the
-  // exponent: its probabilities then reach at most 2^8 (in range for fp32 sums and for bf16 and
-  // fp16 P alike, whose relative rounding does not depend on the magnitude), and O is rescaled
-  // only in the blocks where a row moved its maximum: the first of a tile, then rarely
-  // (standard-normal scores peak near 2.6 over 128 keys and 4.1 over 16k, 2.2 apart in log2
-  // units). The LSE and the final division use the maximum the sums were taken against, so
-  // the result is the same up to rounding. Rescaling O every block cost kD / 2 FMULs per thread
-  // between a block's P V and the next one's issue (128 at d 256).
+  // A row keeps its running maximum until a block's exceeds it by more than kStaleLog2 in the
+  // base-2 exponent (a factor 2^8): its probabilities then reach at most 2^8 (in range for fp32
+  // sums and for bf16 and fp16 P alike, whose relative rounding does not depend on the
+  // magnitude), and O is rescaled only in the blocks where a row moved its maximum: the first of
+  // a tile, then rarely (standard-normal scores peak near 2.6 over 128 keys and 4.1 over 16k,
+  // 2.2 apart in log2 units). The LSE and the final division use the maximum the sums were
+  // taken against, so the result is the same up to rounding. Rescaling O every block cost
+  // kD / 2 FMULs per thread between a block's P V and the next one's issue (128 at d 256).
   static constexpr float kStaleLog2 = 8.f;
 
   // Masks the scores of the key block starting at key0 and turns them into unnormalised
