@@ -15,11 +15,6 @@
 
 namespace fa::cuda::sm90 {
 
-// Named barrier 3 + wg (1 and 2 are ping-pong's turns): one consumer warpgroup's 128 threads.
-// The key loop (mainloop_mma.cuh's named_any) and the e4m3 instantiation's Q conversion meet on
-// it too, one after another.
-__device__ __forceinline__ void warpgroup_sync(int wg) { named_sync(3 + wg, 128); }
-
 // Stages a warpgroup's 64 normalised rows in its slab of the O buffer (the layout of a
 // SWIZZLE_128B box of 64 rows x 64 columns per column block: 16-byte unit u of row r at
 // unit u ^ (r % 8)) and has its first thread store them with TMA. The thread also waits, before

@@ -74,7 +74,7 @@ __device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, 
     for (int j = 0; j < kChunks; ++j) ptx::st_shared_16(at[j], ptx::bf16x8_to_fp16(x[j], down));
   }
   fence_proxy_async_shared();
-  named_sync(3 + wg, 128);
+  warpgroup_sync(wg);
 }
 
 // A pipeline position's stage and phase, stepped by one key block at a time: at d 64 and 128
@@ -216,7 +216,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
         // ORed over the warpgroup instead (the wait is .aligned: synccheck failed the warp
         // vote) and O is rescaled only where a row moved its maximum (softmax.cuh). That the
         // exponentials stay above the wait is ptxas's choice: tools/check_sass.py checks it.
-        if (named_any(3 + turns.wg, 128, softmax(it + 1, sc, rescale))) {
+        if (warpgroup_any(turns.wg, softmax(it + 1, sc, rescale))) {
           wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
           fence_operands(o);
           rescale_o(rescale);

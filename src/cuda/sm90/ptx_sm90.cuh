@@ -163,16 +163,22 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-// `pred` ORed over the `threads` threads meeting on named barrier `id` (bar.red), the same result
-// for all of them: a condition every thread of a warpgroup must take alike, as around a
-// wgmma.wait_group (.aligned: one instruction for the whole warpgroup).
-__device__ __forceinline__ bool named_any(int id, int threads, bool pred) {
+
+// Consumer warpgroup wg's named barrier, 3 + wg (1 and 2 are ping-pong's turns), for its 128
+// threads: the epilogue's O staging, the e4m3 instantiation's Q rewrite and the key loop's
+// condition meet on it, one after another.
+__device__ __forceinline__ void warpgroup_sync(int wg) { named_sync(3 + wg, 128); }
+
+// `pred` ORed over warpgroup wg's 128 threads (bar.red on its barrier), the same result for all
+// of them: a condition the whole warpgroup must take alike, as around a wgmma.wait_group
+// (.aligned: one instruction for the whole warpgroup).
+__device__ __forceinline__ bool warpgroup_any(int wg, bool pred) {
   uint32_t out;
   asm volatile(
-      "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\tbar.red.or.pred p, %2, %3, q;\n\t"
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\tbar.red.or.pred p, %2, 128, q;\n\t"
       "selp.u32 %0, 1, 0, p;\n\t}"
       : "=r"(out)
-      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "r"(uint32_t(pred)), "r"(3 + wg)
       : "memory");
   // Through a warp vote (the same value back) so that ptxas knows a branch on it is uniform: on
   // the barrier's predicate alone it took the branch for a divergent one and built the loop's
