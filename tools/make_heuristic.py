@@ -7,6 +7,9 @@
 Several sweeps may be given: a later one's (head dim, causal) pairs replace every point of
 those pairs in the earlier ones (a re-run of some pairs with newer code). The table's header
 records the sweeps and the options, so that the same command regenerates it exactly.
+--keep-earlier D:C keeps a pair's points from the first sweep that has it, where a later sweep's
+picks for that pair timed slower through the choice than the sweep predicted (sweep noise:
+30 ms windows put two passes of one kernel 0.90-1.15x apart).
 
 For each (head dim, causal, sequence length) of the sweep the fastest kernel becomes the pick for
 sequences up to that length, and, where that is an sm90 kernel, the fastest mma.sync kernel the
@@ -37,7 +40,16 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--candidates", type=int, default=3)
     ap.add_argument("--tie", type=float, default=0.02)
+    ap.add_argument("--keep-earlier", action="append", default=[], metavar="D:C",
+                    help="(head dim, causal) pair that later sweeps do not replace")
     args = ap.parse_args()
+    keep = set()
+    for pair in args.keep_earlier:
+        try:
+            d, causal = (int(x) for x in pair.split(":"))
+        except ValueError:
+            ap.error(f"--keep-earlier {pair!r}: expected HEAD_DIM:CAUSAL, e.g. 128:1")
+        keep.add((d, causal))
 
     by_point = collections.defaultdict(dict)  # (d, causal, seqlen) -> {kernel: tflops}
     for sweep in args.sweeps:
@@ -46,15 +58,18 @@ def main():
             for r in csv.DictReader(f):
                 key = (int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))
                 points[key][strip_dtype(r["kernel"])] = float(r["tflops"])
-        pairs = {k[:2] for k in points}
+        held = {k[:2] for k in by_point} & keep
+        pairs = {k[:2] for k in points} - held
         for key in [k for k in by_point if k[:2] in pairs]:
             del by_point[key]
-        by_point.update(points)
+        by_point.update({k: v for k, v in points.items() if k[:2] in pairs})
 
     lines = [f"# Kernel choice for sm_{args.arch}, derived by tools/make_heuristic.py from",
              *(f"#   {sweep}" for sweep in args.sweeps),
-             f"# with --tie {args.tie} --candidates {args.candidates} (a later sweep's (head_dim,",
-             "# causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
+             f"# with --tie {args.tie} --candidates {args.candidates}"
+             + "".join(f" --keep-earlier {d}:{c}" for d, c in sorted(keep))
+             + " (a later sweep's",
+             "# (head_dim, causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
              "#   pick <head_dim> <causal> <max_seqlen> | <config without dtype>",
              "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
              "#     (head_dim, causal) also serves longer sequences)",

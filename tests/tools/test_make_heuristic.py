@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""tools/make_heuristic.py: every shipped choice table regenerates byte for byte from the sweeps
+and options its header names, and the options behave as documented on sweeps written here."""
+
+import csv
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+_TOOL = os.path.join(_ROOT, "tools", "make_heuristic.py")
+
+
+def run_tool(args, cwd=_ROOT):
+    return subprocess.run([sys.executable, _TOOL, *args], cwd=cwd, capture_output=True,
+                          text=True)
+
+
+def header_command(path):
+    """The sweeps and options a table's header records."""
+    sweeps, options = [], []
+    with open(path) as f:
+        lines = [line.rstrip("\n") for line in f if line.startswith("#")]
+    arch = re.match(r"# Kernel choice for sm_(\d+)", lines[0]).group(1)
+    for line in lines[1:]:
+        m = re.match(r"#   (\S+\.csv)$", line)
+        if m:
+            sweeps.append(m.group(1))
+            continue
+        m = re.match(r"# with (.*) \(a later sweep's", line)
+        if m:
+            options = m.group(1).split()
+            break
+    return sweeps, ["--arch", arch, *options]
+
+
+def write_sweep(path, rows):
+    """rows: (kernel, head_dim, causal, seqlen, tflops)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["kernel", "dtype", "head_dim", "causal", "seqlen", "batch", "heads", "ms",
+                    "tflops"])
+        for kernel, d, causal, s, tflops in rows:
+            w.writerow([f"(BF16, {kernel}", "bf16", d, causal, s, 1, 1, 1.0, tflops])
+
+
+def picks(path):
+    with open(path) as f:
+        return [line.split(" | ")[1].strip() for line in f if line.startswith("pick")]
+
+
+class ShippedTables(unittest.TestCase):
+    def test_every_table_regenerates_from_its_header(self):
+        tables = glob.glob(os.path.join(_ROOT, "src", "cuda", "heuristic_sm*.txt"))
+        self.assertTrue(tables, "no choice table found")
+        for table in tables:
+            sweeps, options = header_command(table)
+            self.assertTrue(sweeps, f"{table}: header names no sweep")
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "table.txt")
+                r = run_tool([*sweeps, *options, "--out", out])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(out) as a, open(table) as b:
+                    self.assertEqual(a.read(), b.read(), f"{table} differs from its sweeps")
+
+
+class KeepEarlier(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.first = os.path.join(self.tmp.name, "first.csv")
+        self.later = os.path.join(self.tmp.name, "later.csv")
+        self.out = os.path.join(self.tmp.name, "table.txt")
+        # Two pairs; the later sweep reverses both pairs' winners.
+        write_sweep(self.first, [("64, a): x", 64, 0, 512, 300), ("64, b): x", 64, 0, 512, 200),
+                                 ("64, a): x", 64, 1, 512, 300), ("64, b): x", 64, 1, 512, 200)])
+        write_sweep(self.later, [("64, a): x", 64, 0, 512, 200), ("64, b): x", 64, 0, 512, 300),
+                                 ("64, a): x", 64, 1, 512, 200), ("64, b): x", 64, 1, 512, 300)])
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_a_later_sweep_replaces_every_pair_by_default(self):
+        r = run_tool([self.first, self.later, "--arch", "80", "--out", self.out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(picks(self.out), ["64, b): x", "64, b): x"])
+
+    def test_a_kept_pair_keeps_the_first_sweeps_points(self):
+        r = run_tool([self.first, self.later, "--arch", "80", "--keep-earlier", "64:1",
+                      "--out", self.out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(picks(self.out), ["64, b): x", "64, a): x"])
+        with open(self.out) as f:
+            self.assertIn("--keep-earlier 64:1", f.read())
+
+    def test_a_pair_only_a_later_sweep_has_is_taken_from_it(self):
+        write_sweep(self.first, [("64, a): x", 64, 0, 512, 300)])
+        r = run_tool([self.first, self.later, "--arch", "80", "--keep-earlier", "64:1",
+                      "--out", self.out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(picks(self.out), ["64, b): x", "64, b): x"])
+
+    def test_a_malformed_pair_is_refused_by_name(self):
+        r = run_tool([self.first, "--arch", "80", "--keep-earlier", "128", "--out", self.out])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'128'", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+
+if __name__ == "__main__":
+    unittest.main()
