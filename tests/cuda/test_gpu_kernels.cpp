@@ -265,18 +265,23 @@ void run_and_check(fa_plan_t* plan, Checked& c, std::string const& what, bool ca
 TEST_CASE("every registered kernel matches the CPU backend") {
   size_t n = fa_kernel_count();
   REQUIRE(n > 0);
-  // FA_GPU_TEST_SAMPLE=N checks every N-th kernel only, and FA_GPU_TEST_FAMILY=F the kernels of
-  // family F only (for slow runs under compute-sanitizer).
+  // FA_GPU_TEST_SAMPLE=N checks every N-th kernel only, FA_GPU_TEST_FAMILY=F the kernels of
+  // family F only, and FA_GPU_TEST_KERNEL=S those whose name contains S (for slow runs under
+  // compute-sanitizer, and a new tile's first run).
   size_t step = 1;
   if (char const* sample = std::getenv("FA_GPU_TEST_SAMPLE")) step = std::max(1, std::atoi(sample));
   char const* family = std::getenv("FA_GPU_TEST_FAMILY");
+  char const* name_part = std::getenv("FA_GPU_TEST_KERNEL");
   std::vector<fa_kernel_config> kernels;
   for (size_t i = 0; i < n; ++i) {
     fa_kernel_config kc;
     REQUIRE(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
     REQUIRE(fa_kernel_get(i, &kc) == FA_STATUS_SUCCESS);
-    if (family == nullptr || kc.family == std::atoi(family)) kernels.push_back(kc);
+    if (family != nullptr && kc.family != std::atoi(family)) continue;
+    if (name_part != nullptr && name_of(kc).find(name_part) == std::string::npos) continue;
+    kernels.push_back(kc);
   }
+  REQUIRE_MESSAGE(!kernels.empty(), "no registered kernel passes FA_GPU_TEST_FAMILY/KERNEL");
   int checked_kernels = 0;
   size_t checked_problems = 0;
   for (size_t i = 0; i < kernels.size(); i += step) {
