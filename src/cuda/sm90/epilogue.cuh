@@ -17,9 +17,10 @@ namespace fa::cuda::sm90 {
 
 // Stages a warpgroup's 64 normalised rows in its slab of the O buffer (the layout of a
 // SWIZZLE_128B box of 64 rows x 64 columns per column block: 16-byte unit u of row r at
-// unit u ^ (r % 8)) and has its first thread store them with TMA. The thread also waits, before
-// the slab is written, until its previous tile's stores have read it (long done: a tile's main
-// loop runs between).
+// unit u ^ (r % 8)), or with Tile::kOInQ in its own rows of the Q tile (the same boxes, kBr rows
+// apart), and has its first thread store them with TMA. The thread also waits, before the slab
+// is written, until its previous tile's stores have read it (long done: a tile's main loop runs
+// between).
 template <class T>
 __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const& sm, Work const& w,
                                             float const (&o)[T::kD / 2], float const (&inv)[2],
@@ -28,7 +29,10 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   int const wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
   if (wtid == 0) tma_store_wait_read();
   warpgroup_sync(wg);
-  uint8_t* const slab = sm.o_tile + wg * (T::kD / 64) * 64 * 128;
+  // Column block cb's 64 rows start at slab + cb * cb_bytes.
+  uint8_t* const slab =
+      T::kOInQ ? sm.q_tile + wg * 64 * 128 : sm.o_tile + wg * (T::kD / 64) * 64 * 128;
+  constexpr int cb_bytes = T::kOInQ ? T::kBr * 128 : 64 * 128;
   // stmatrix.x4: matrices (rows +0, columns 8j), (+8, 8j), (+0, 8j + 8), (+8, 8j + 8); lane t
   // addresses row t % 8 of matrix t / 8.
   int const m = lane / 8, row = 16 * warp + 8 * (m & 1) + lane % 8;
@@ -36,7 +40,7 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 #pragma unroll
   for (int j = 0; j < T::kD / 8; j += 2) {
     int const unit = j + (m >> 1);  // this lane's 8-column unit
-    uint32_t const addr = row_base + (unit / 8) * 64 * 128 + (((unit % 8) ^ (row % 8)) * 16);
+    uint32_t const addr = row_base + (unit / 8) * cb_bytes + (((unit % 8) ^ (row % 8)) * 16);
     stmatrix_x4(addr, ptx::pack2<Elem>(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]),
                 ptx::pack2<Elem>(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]),
                 ptx::pack2<Elem>(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0]),
@@ -47,7 +51,7 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   if (wtid == 0) {
 #pragma unroll
     for (int cb = 0; cb < T::kD / 64; ++cb) {
-      tma_store_4d(&params.o_map, slab + cb * 64 * 128, cb * 64, int(w.seq.q_first + wg_row),
+      tma_store_4d(&params.o_map, slab + cb * cb_bytes, cb * 64, int(w.seq.q_first + wg_row),
                    w.head, w.map_batch);
     }
     tma_store_commit();
@@ -87,7 +91,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   }
   // The warpgroup's rows all in the sequence (uniform over its 128 threads, as the barriers in
   // store_o_tma need).
-  bool const by_tma = T::kOBytes > 0 && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
+  bool const by_tma = T::kOStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
   if (by_tma) store_o_tma<T>(params, sm, w, o, inv, wg, wg_row);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -139,7 +143,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
 // memory must outlive their reads).
 template <class T>
 __device__ __forceinline__ void finish_stores() {
-  if constexpr (T::kOBytes > 0) {
+  if constexpr (T::kOStaged) {
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
   }
 }

@@ -99,11 +99,12 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
                         kv_cols)}) {
     if (e != cudaSuccess) return e;
   }
-  // O through the staging buffer and TMA where the tile has one and the rows are written
-  // unsplit; an O whose base or strides TMA cannot describe (not multiples of 16 bytes) is
-  // stored by the threads instead. (An e4m3 cache's layout has no such buffer.)
+  // O through shared memory and TMA where the tile stages it (its own buffer, or at d 256 the
+  // Q tile) and the rows are written unsplit; an O whose base or strides TMA cannot describe
+  // (not multiples of 16 bytes) is stored by the threads instead. (An e4m3 cache's layout has
+  // no such buffer.)
   params.o_tma = 0;
-  if (T::kOBytes > 0 && p.num_splits == 1 && !e4m3 &&
+  if (T::kOStaged && p.num_splits == 1 && !e4m3 &&
       encode_tile_map(&params.o_map, C.dtype, p.o, p.head_dim_v, q_rows, p.heads_q, q_batch,
                       p.o_seq_stride, p.o_head_stride, p.o_batch_stride, 64) == cudaSuccess) {
     params.o_tma = 1;
