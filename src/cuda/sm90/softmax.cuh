@@ -115,9 +115,11 @@ struct OnlineSoftmax {
         if (((i >> 1) & 1) == r) mx = fmaxf(mx, sc[i]);
       }
       mx = detail::quad_max(mx);
-      // False where the row had no maximum yet (-inf against a finite one: +inf; both -inf: NaN).
-      // Selects, so both rows' exponentials stay in one basic block for the scheduler.
-      bool const keep = (mx - row_max[r]) * c[r] <= kStaleLog2;
+      // False where the row had no maximum yet (-inf against a finite one: +inf); true where it
+      // still has none (both -inf: NaN), so a row with no visible key yet does not make its
+      // warpgroup rescale O every block. Selects, so both rows' exponentials stay in one basic
+      // block for the scheduler.
+      bool const keep = !((mx - row_max[r]) * c[r] > kStaleLog2);
       moved |= !keep;
       mx = keep ? row_max[r] : mx;
       float const use_c = (mx == -INFINITY ? 0.f : mx) * c[r];

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "cuda/forward_params.hpp"
 
@@ -28,7 +29,14 @@ namespace fa::cuda::sm90 {
 //   - else the L2's share, but at least enough pairs for 4 rounds of `grid` tiles: with every
 //     pair each query block of every head ran before the next, and at 512 keys, d = 128, the 512
 //     heads' K and V (134 MB) came from DRAM once per query block, 456 MB in all against 276 MB
-//     for FA4; grouped, 1.17x faster at 512 and 1024 (ncu and back-to-back timing, H200).
+//     for FA4; grouped, 1.17x faster at 512 and 1024 (ncu and back-to-back timing, H200);
+//     rounded up to whole pairs of rounds (a multiple of 2 grid / gcd(2 grid, query blocks)
+//     pairs), so that a group's tiles end where a round of the snake (tile_scheduler.cuh) does
+//     and each group balances its blocks' work on its own. At d 64, causal 512 (192 pairs of
+//     4 query blocks, 5.8 rounds) a group's heaviest tiles began mid-round; with tiles costing
+//     their key blocks plus one, the busiest block then ran 1.09x the mean, 1.01x with 198
+//     pairs (1024 of 1k: 1.11x and 1.02x; over 2824 shapes of batch, heads, 256-2048 keys, the
+//     busiest block's work 0.972x the unrounded group's, geometric mean).
 inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid) {
   int64_t const pairs = int64_t(p.heads_q) * p.batch;
   if (!p.masked) return std::clamp<int64_t>(p.q_heads_per_kv, 1, pairs);
@@ -38,9 +46,13 @@ inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, i
   if (persistent) {
     constexpr int64_t kMaxGroupedBlocks = 16, kMinRounds = 4;
     int64_t const q_blocks = std::max<int64_t>(p.n_q_blocks, 1);
-    group = q_blocks > kMaxGroupedBlocks
-                ? pairs
-                : std::max(group, (kMinRounds * grid + q_blocks - 1) / q_blocks);
+    if (q_blocks > kMaxGroupedBlocks) {
+      group = pairs;
+    } else {
+      int64_t const whole = 2 * grid / std::gcd(2 * grid, q_blocks);
+      group = std::max(group, (kMinRounds * grid + q_blocks - 1) / q_blocks);
+      group = (group + whole - 1) / whole * whole;
+    }
   }
   return std::clamp<int64_t>(group, 1, pairs);
 }

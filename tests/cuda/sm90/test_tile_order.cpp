@@ -50,10 +50,32 @@ TEST_SUITE("family") {
     SUBCASE("a persistent kernel under a mask, short sequences: L2's share, at least 4 rounds") {
       // 4 query blocks a pair: 132 pairs fill 4 rounds of 132 blocks (more than L2's 96).
       CHECK(head_group(paper_point(512, 128, true), 128, true, kGrid) == 132);
-      // d 64 at 512: 128 KiB a head, L2 holds 192 pairs, more than 4 rounds need.
-      CHECK(head_group(paper_point(512, 64, true), 64, true, kGrid) == 192);
+      // d 64 at 512: 128 KiB a head, L2 holds 192 pairs, more than 4 rounds need; rounded up to
+      // 198, 6 rounds of 132 tiles.
+      CHECK(head_group(paper_point(512, 64, true), 64, true, kGrid) == 198);
       // 16 query blocks (2048 keys), the longest grouped: ceil(4 * 132 / 16) = 33 > L2's 24.
       CHECK(head_group(paper_point(2048, 128, true), 128, true, kGrid) == 33);
+    }
+    SUBCASE("a persistent kernel's groups end where a pair of the snake's rounds does") {
+      for (int64_t grid : {kGrid, int64_t(114), int64_t(78)}) {
+        for (int seqlen : {256, 384, 640, 1024, 1500, 2048}) {
+          for (int d : {64, 128, 256}) {
+            for (int batch : {1, 3, 16, 64}) {
+              ForwardParams p = paper_point(seqlen, d, true);
+              p.batch = batch;
+              int64_t const pairs = int64_t(p.batch) * p.heads_q;
+              int64_t const group = head_group(p, d, true, grid);
+              CAPTURE(grid);
+              CAPTURE(seqlen);
+              CAPTURE(d);
+              CAPTURE(batch);
+              CHECK(group >= 1);
+              CHECK(group <= pairs);
+              if (group < pairs) CHECK(group * p.n_q_blocks % (2 * grid) == 0);
+            }
+          }
+        }
+      }
     }
     SUBCASE("a persistent kernel under a mask, longer sequences: every pair") {
       CHECK(head_group(paper_point(4096, 128, true), 128, true, kGrid) == 4 * 16);
