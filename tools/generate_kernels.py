@@ -263,7 +263,7 @@ def sm90_tuning_configs(dtype, d_head):
     combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
     and all off at three stages, and wider tiles (FA3's among them: d 64 with three consumer
     warpgroups, 192 query rows; d 128 with 176 keys; d 192 with 96, freeing registers; d 256 with
-    80) with overlap, alone and with persistent scheduling and ping-pong."""
+    80) with overlap: alone, persistent, ping-pong, and persistent with ping-pong."""
     base = sm90_configs(dtype, d_head)[0]
     configs = [dataclasses.replace(base, overlap=o, pingpong=pp, persistent=pe)
                for o, pp, pe in itertools.product([False, True], repeat=3)]
@@ -276,7 +276,8 @@ def sm90_tuning_configs(dtype, d_head):
             192: [dict(B_c=96)],
             256: [dict(B_c=80)]}[d_head]
     for tile in wide:
-        for knobs in (dict(), dict(persistent=True), dict(pingpong=True, persistent=True)):
+        for knobs in (dict(), dict(persistent=True), dict(pingpong=True),
+                      dict(pingpong=True, persistent=True)):
             c = dataclasses.replace(base, overlap=True, **tile, **knobs)
             if not (c.pingpong and c.n_warps != 12):
                 configs.append(c)

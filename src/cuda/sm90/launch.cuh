@@ -99,8 +99,8 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
                         kv_cols)}) {
     if (e != cudaSuccess) return e;
   }
-  // O through shared memory and TMA where the tile stages it (its own buffer, or at d 256 the
-  // Q tile) and the rows are written unsplit; an O whose base or strides TMA cannot describe
+  // O through shared memory and TMA where the tile stages it (its own buffer, or at d 192 and 256
+  // the Q tile) and the rows are written unsplit; an O whose base or strides TMA cannot describe
   // (not multiples of 16 bytes) is stored by the threads instead. (An e4m3 cache's layout has
   // no such buffer.)
   params.o_tma = 0;

@@ -76,11 +76,11 @@ struct Tile {
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
   static constexpr int kOBytes = kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
   static constexpr int kSmemBytes = kPipeBytes + kOBytes;
-  // At d 256, whose stages leave no room for O's buffer, a block that runs one tile stages O in
-  // its Q tile instead (FA4's layout: a warpgroup's 64 rows of each column block are its own Q
-  // rows, read by no wgmma once its last Q K^T is waited on); a persistent block's producer
-  // loads the next tile's Q there, so it stores O by the threads.
-  static constexpr bool kOInQ = kOBytes == 0 && kD == 256 && !kPersistent;
+  // At d 192 and 256, whose stages leave no room for O's buffer, a block that runs one tile
+  // stages O in its Q tile instead (FA4's layout: a warpgroup's 64 rows of each column block are
+  // its own Q rows, read by no wgmma once its last Q K^T is waited on); a persistent block's
+  // producer loads the next tile's Q there, so it stores O by the threads.
+  static constexpr bool kOInQ = kOBytes == 0 && kD >= 192 && !kPersistent;
   static constexpr bool kOStaged = kOBytes > 0 || kOInQ;
   // An e4m3 cache's layout (config.hpp's e4m3_smem_bytes): no O buffer, and after the 16-bit
   // stages kE4M3Slots e4m3 stages of K, then of V (kE4M3Bytes each: B_c rows of kD bytes, as
