@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""tools/merge_sweep_passes.py: every shipped merged sweep regenerates byte for byte from its
+passes (docs/data/<name>-pass<N>.csv), the means are the passes' means, and passes that do not
+hold the same points are refused by name with nothing written."""
+
+import collections
+import csv
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+_TOOL = os.path.join(_ROOT, "tools", "merge_sweep_passes.py")
+_HEADER = ["kernel", "dtype", "head_dim", "causal", "seqlen", "batch", "heads", "ms", "tflops"]
+
+
+def run_tool(args):
+    return subprocess.run([sys.executable, _TOOL, *args], cwd=_ROOT, capture_output=True,
+                          text=True)
+
+
+def write_pass(path, rows):
+    """rows: (kernel, seqlen, ms, tflops) at d 64, non-causal."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(_HEADER)
+        for kernel, s, ms, tflops in rows:
+            w.writerow([kernel, "bf16", 64, 0, s, 16384 // s, 32, ms, tflops])
+
+
+class ShippedSweeps(unittest.TestCase):
+    def test_every_merged_sweep_regenerates_from_its_passes(self):
+        groups = collections.defaultdict(list)
+        for path in glob.glob(os.path.join(_ROOT, "docs", "data", "*-pass[0-9]*.csv")):
+            m = re.match(r"(.*)-pass(\d+)\.csv$", path)
+            groups[m.group(1) + ".csv"].append((int(m.group(2)), path))
+        self.assertTrue(groups, "no sweep passes found under docs/data")
+        for merged, passes in groups.items():
+            self.assertTrue(os.path.exists(merged), f"{merged}: passes without their merge")
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "merged.csv")
+                r = run_tool([*(p for _, p in sorted(passes)), "--out", out])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(out) as a, open(merged) as b:
+                    self.assertEqual(a.read(), b.read(), f"{merged} differs from its passes")
+
+
+class Merge(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.a = os.path.join(self.tmp.name, "a.csv")
+        self.b = os.path.join(self.tmp.name, "b.csv")
+        self.out = os.path.join(self.tmp.name, "out.csv")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_each_point_is_the_mean_of_the_passes_in_the_first_passes_order(self):
+        write_pass(self.a, [("k2", 512, 0.5, 300.0), ("k1", 512, 0.25, 600.0)])
+        write_pass(self.b, [("k1", 512, 0.75, 200.0), ("k2", 512, 0.25, 500.0)])
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([(x["kernel"], x["ms"], x["tflops"]) for x in rows],
+                         [("k2", "0.3750", "400.0"), ("k1", "0.5000", "400.0")])
+
+    def test_a_point_missing_from_a_pass_is_refused_by_name(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 1024, 0.5, 300.0)])
+        write_pass(self.b, [("k1", 512, 0.5, 300.0)])
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'1024'", r.stderr)
+        self.assertIn("lacks", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_a_point_only_a_later_pass_has_is_refused(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0)])
+        write_pass(self.b, [("k1", 512, 0.5, 300.0), ("k3", 512, 0.5, 300.0)])
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'k3'", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_a_point_twice_in_one_pass_is_refused(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 512, 0.4, 310.0)])
+        write_pass(self.b, [("k1", 512, 0.5, 300.0)])
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("twice", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_one_pass_alone_is_refused(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0)])
+        r = run_tool([self.a, "--out", self.out])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("two passes", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+
+if __name__ == "__main__":
+    unittest.main()
