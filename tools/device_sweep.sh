@@ -15,9 +15,12 @@ out="${OUT:-$PWD/device-out}"
 mkdir -p "$out"
 build=build-sweep
 dtype="${FA_SWEEP_DTYPE:-bf16}"
+head_dims="${FA_SWEEP_HEAD_DIMS:-64;128;192;256}"
+passes="${FA_SWEEP_PASSES:-1}"
+[[ "$passes" =~ ^[1-9][0-9]*$ ]] || { echo "FA_SWEEP_PASSES=$passes: expected 1 or more"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" -DFA_KERNEL_SET="${FA_SWEEP_SET:-sweep}" \
-  -DFA_DTYPES="$dtype" -DFA_HEAD_DIMS="${FA_SWEEP_HEAD_DIMS:-64;128;192;256}" -DFA_CUDA_ARCHS=90 \
+  -DFA_DTYPES="$dtype" -DFA_HEAD_DIMS="$head_dims" -DFA_CUDA_ARCHS=90 \
   -DFA_KERNELS_PER_FILE=4 \
   >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
 SECONDS=0
@@ -28,19 +31,20 @@ SECONDS=0
 FA_GPU_TEST_SAMPLE="${FA_SWEEP_TEST_SAMPLE:-7}" "$build/tests/flashattn_gpu_tests" \
   --test-case="every registered kernel*" >"$out/gpu_tests.log" 2>&1
 echo "gpu tests (rc $?): $SECONDS s"; tail -4 "$out/gpu_tests.log"
-SECONDS=0
-head_dims="${FA_SWEEP_HEAD_DIMS:-64;128;192;256}"
-passes="${FA_SWEEP_PASSES:-1}"
+rm -f "$out"/sweep-pass*.csv "$out"/sweep-pass*.err
+files=()
 for p in $(seq 1 "$passes"); do
+  SECONDS=0
   "$build/bench/flashattn_bench" --all-kernels --dtype "$dtype" --head-dims "${head_dims//;/,}" \
     --window-ms "${FA_SWEEP_WINDOW_MS:-30}" --iters "${FA_SWEEP_ITERS:-3}" --csv \
     >"$out/sweep-pass$p.csv" 2>"$out/sweep-pass$p.err"
   echo "sweep pass $p: $SECONDS s, $(wc -l <"$out/sweep-pass$p.csv") rows"
+  files+=("$out/sweep-pass$p.csv")
 done
 if [ "$passes" -gt 1 ]; then
-  python3 tools/merge_sweep_passes.py "$out"/sweep-pass*.csv --out "$out/sweep.csv"
+  python3 tools/merge_sweep_passes.py "${files[@]}" --out "$out/sweep.csv" || exit 1
 else
-  mv "$out/sweep-pass1.csv" "$out/sweep.csv"
+  mv "${files[0]}" "$out/sweep.csv"
 fi
 SECONDS=0
 FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \

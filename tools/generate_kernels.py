@@ -263,7 +263,8 @@ def sm90_tuning_configs(dtype, d_head):
     combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
     and all off at three stages, and wider tiles (FA3's among them: d 64 with three consumer
     warpgroups, 192 query rows; d 128 with 176 keys; d 192 with 96, freeing registers; d 256 with
-    80) with overlap: alone, persistent, ping-pong, and persistent with ping-pong."""
+    80) with overlap: alone, persistent, ping-pong, and persistent with ping-pong (ping-pong only
+    with two consumer warpgroups, so not for the 192-row d 64 tile)."""
     base = sm90_configs(dtype, d_head)[0]
     configs = [dataclasses.replace(base, overlap=o, pingpong=pp, persistent=pe)
                for o, pp, pe in itertools.product([False, True], repeat=3)]

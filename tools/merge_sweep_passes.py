@@ -27,6 +27,9 @@ def read_pass(path):
         if missing:
             raise ValueError(f"{path}: no column {', '.join(missing)} (expected {','.join(_COLUMNS)})")
         for line, row in enumerate(reader, start=2):
+            if None in row.values() or None in row:
+                raise ValueError(f"{path}:{line}: the row has {len(row)} fields where "
+                                 f"{len(reader.fieldnames)} are named (a cut-short pass?)")
             key = tuple(row[c] for c in _KEY)
             if key in points:
                 raise ValueError(f"{path}:{line}: the point {key} appears twice")
@@ -61,7 +64,7 @@ def main():
                   file=sys.stderr)
             return 2
     with open(args.out, "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")  # as the bench writes its CSV
         w.writerow(_COLUMNS)
         for key in first:
             ms = sum(p[key][0] for p in passes) / len(passes)

@@ -36,8 +36,9 @@ class ShippedSweeps(unittest.TestCase):
     def test_every_merged_sweep_regenerates_from_its_passes(self):
         groups = collections.defaultdict(list)
         for path in glob.glob(os.path.join(_ROOT, "docs", "data", "*-pass[0-9]*.csv")):
-            m = re.match(r"(.*)-pass(\d+)\.csv$", path)
-            groups[m.group(1) + ".csv"].append((int(m.group(2)), path))
+            m = re.fullmatch(r"(.*)-pass(\d+)\.csv", path)
+            if m:
+                groups[m.group(1) + ".csv"].append((int(m.group(2)), path))
         self.assertTrue(groups, "no sweep passes found under docs/data")
         for merged, passes in groups.items():
             self.assertTrue(os.path.exists(merged), f"{merged}: passes without their merge")
@@ -84,6 +85,18 @@ class Merge(unittest.TestCase):
         r = run_tool([self.a, self.b, "--out", self.out])
         self.assertEqual(r.returncode, 2)
         self.assertIn("'k3'", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_a_cut_short_row_is_refused_by_line(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 1024, 0.5, 300.0)])
+        write_pass(self.b, [("k1", 512, 0.5, 300.0), ("k1", 1024, 0.5, 300.0)])
+        with open(self.b) as f:
+            text = f.read()
+        with open(self.b, "w") as f:
+            f.write(text[: text.rindex(",", 0, len(text) - 1)] + "\n")  # drop the last field
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("b.csv:3", r.stderr)
         self.assertFalse(os.path.exists(self.out))
 
     def test_a_point_twice_in_one_pass_is_refused(self):
