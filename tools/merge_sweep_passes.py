@@ -25,7 +25,8 @@ def read_pass(path):
         reader = csv.DictReader(f)
         missing = [c for c in _COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{path}: no column {', '.join(missing)} (expected {','.join(_COLUMNS)})")
+            raise ValueError(f"{path}: no column {', '.join(missing)} "
+                             f"(expected {','.join(_COLUMNS)})")
         for line, row in enumerate(reader, start=2):
             if None in row.values() or None in row:
                 raise ValueError(f"{path}:{line}: the row has {len(row)} fields where "
@@ -55,13 +56,11 @@ def main():
         return 2
     first = passes[0]
     for path, points in zip(args.passes[1:], passes[1:]):
-        for key in first.keys() - points.keys():
-            print(f"merge_sweep_passes.py: {path} lacks {key}, which {args.passes[0]} has",
-                  file=sys.stderr)
-            return 2
-        for key in points.keys() - first.keys():
-            print(f"merge_sweep_passes.py: {path} has {key}, which {args.passes[0]} lacks",
-                  file=sys.stderr)
+        lacks, extra = first.keys() - points.keys(), points.keys() - first.keys()
+        if lacks or extra:
+            key, verb = (min(lacks), "lacks") if lacks else (min(extra), "has")
+            print(f"merge_sweep_passes.py: {path} {verb} {key}, which {args.passes[0]} "
+                  f"{'has' if lacks else 'lacks'}", file=sys.stderr)
             return 2
     with open(args.out, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")  # as the bench writes its CSV

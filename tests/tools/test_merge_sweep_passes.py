@@ -60,6 +60,14 @@ class Merge(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
+    def assert_refused(self, *said):
+        """Merging a and b fails with status 2, says each of `said`, and writes nothing."""
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        for text in said:
+            self.assertIn(text, r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
     def test_each_point_is_the_mean_of_the_passes_in_the_first_passes_order(self):
         write_pass(self.a, [("k2", 512, 0.5, 300.0), ("k1", 512, 0.25, 600.0)])
         write_pass(self.b, [("k1", 512, 0.75, 200.0), ("k2", 512, 0.25, 500.0)])
@@ -73,19 +81,12 @@ class Merge(unittest.TestCase):
     def test_a_point_missing_from_a_pass_is_refused_by_name(self):
         write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 1024, 0.5, 300.0)])
         write_pass(self.b, [("k1", 512, 0.5, 300.0)])
-        r = run_tool([self.a, self.b, "--out", self.out])
-        self.assertEqual(r.returncode, 2)
-        self.assertIn("'1024'", r.stderr)
-        self.assertIn("lacks", r.stderr)
-        self.assertFalse(os.path.exists(self.out))
+        self.assert_refused("'1024'", "lacks")
 
     def test_a_point_only_a_later_pass_has_is_refused(self):
         write_pass(self.a, [("k1", 512, 0.5, 300.0)])
         write_pass(self.b, [("k1", 512, 0.5, 300.0), ("k3", 512, 0.5, 300.0)])
-        r = run_tool([self.a, self.b, "--out", self.out])
-        self.assertEqual(r.returncode, 2)
-        self.assertIn("'k3'", r.stderr)
-        self.assertFalse(os.path.exists(self.out))
+        self.assert_refused("'k3'")
 
     def test_a_cut_short_row_is_refused_by_line(self):
         write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 1024, 0.5, 300.0)])
@@ -94,18 +95,12 @@ class Merge(unittest.TestCase):
             text = f.read()
         with open(self.b, "w") as f:
             f.write(text[: text.rindex(",", 0, len(text) - 1)] + "\n")  # drop the last field
-        r = run_tool([self.a, self.b, "--out", self.out])
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("b.csv:3", r.stderr)
-        self.assertFalse(os.path.exists(self.out))
+        self.assert_refused("b.csv:3")
 
     def test_a_point_twice_in_one_pass_is_refused(self):
         write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 512, 0.4, 310.0)])
         write_pass(self.b, [("k1", 512, 0.5, 300.0)])
-        r = run_tool([self.a, self.b, "--out", self.out])
-        self.assertEqual(r.returncode, 2)
-        self.assertIn("twice", r.stderr)
-        self.assertFalse(os.path.exists(self.out))
+        self.assert_refused("twice")
 
     def test_one_pass_alone_is_refused(self):
         write_pass(self.a, [("k1", 512, 0.5, 300.0)])
