@@ -1,12 +1,14 @@
 // Times libflashattn's forward on the FlashAttention-paper grid and prints TFLOP/s.
 //
-//   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16] [--head-dims 64,128,256]
+//   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16] [--head-dims 64,192:128,...]
 //                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
 //                   [--autotune] [--window-ms MS]
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim; 32 where head_dim does not
 // divide 2048, as for d 192), batch = 16384 / seqlen, so every point moves the same 16384 tokens.
-// FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved for causal. Each point launches back to back between two CUDA events for at least --window-ms
+// A head dim written D:DV runs value head dim DV (DeepSeek's 192:128), the heads D's.
+// FLOPs = 2 * batch * heads * seqlen^2 * (head_dim + head_dim_v), halved for causal: 4 * ... *
+// head_dim where they are equal. The CSV's last column is head_dim_v. Each point launches back to back between two CUDA events for at least --window-ms
 // (200) milliseconds after 3 warm-up launches, as a serving loop runs them, and reports the median
 // of --iters (3) such windows' mean times (one launch between two events with a wait would also
 // count the host's launch work, which back-to-back calls overlap; sweeps of every kernel pass a
@@ -63,9 +65,36 @@ std::vector<uint16_t> random_16bit(size_t n, int dtype, uint64_t seed) {
   return out;
 }
 
+// A grid's head dims: Q and K's, and V and O's.
+struct Dims {
+  int d;
+  int dv;
+};
+
+// "64,192:128" -> {64, 64}, {192, 128}.
+std::vector<Dims> parse_dims(char const* text) {
+  std::vector<Dims> dims;
+  for (char const* p = text; *p;) {
+    char* end = nullptr;
+    long const d = std::strtol(p, &end, 10);
+    long dv = d;
+    if (end != p && *end == ':') {
+      char const* at = end + 1;
+      dv = std::strtol(at, &end, 10);
+      if (end == at) dv = 0;
+    }
+    if (end == p || d < 1 || dv < 1 || (*end != ',' && *end != '\0')) {
+      die(std::string("bad --head-dims: ") + text + " (expected e.g. 64,128,192:128)");
+    }
+    dims.push_back({static_cast<int>(d), static_cast<int>(dv)});
+    p = *end == ',' ? end + 1 : end;
+  }
+  return dims;
+}
+
 struct Options {
   int dtype = FA_DTYPE_BF16;
-  std::vector<int> head_dims = {64, 128, 256};
+  std::vector<Dims> head_dims = {{64, 64}, {128, 128}, {256, 256}};
   std::vector<int> causal = {0, 1};
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   std::string kernel;
@@ -89,7 +118,7 @@ Options parse_args(int argc, char** argv) {
       o.dtype = d == "bf16" ? FA_DTYPE_BF16 : d == "fp16" ? FA_DTYPE_FP16 : 0;
       if (o.dtype == 0) die("--dtype must be bf16 or fp16");
     } else if (a == "--head-dims") {
-      o.head_dims = parse_list(next());
+      o.head_dims = parse_dims(next());
     } else if (a == "--causal") {
       o.causal.clear();
       for (char const* p = next(); *p; ++p) {
@@ -129,7 +158,7 @@ int main(int argc, char** argv) {
   constexpr int64_t kTokens = 16384, kHidden = 2048;
   auto heads_for = [](int64_t d) { return kHidden % d == 0 ? kHidden / d : int64_t{32}; };
   int64_t width = 0;  // the widest row of heads x head dim: 2048, or 32 x 192 = 6144
-  for (int d : opt.head_dims) width = std::max(width, heads_for(d) * d);
+  for (Dims const& dims : opt.head_dims) width = std::max(width, heads_for(dims.d) * dims.d);
   size_t const elems = static_cast<size_t>(kTokens * width);
   void *q, *k, *v, *o;
   for (void** p : {&q, &k, &v, &o}) check_cuda(cudaMalloc(p, elems * 2), "cudaMalloc");
@@ -143,7 +172,7 @@ int main(int argc, char** argv) {
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
 
   if (opt.csv) {
-    std::printf("kernel,dtype,head_dim,causal,seqlen,batch,heads,ms,tflops\n");
+    std::printf("kernel,dtype,head_dim,causal,seqlen,batch,heads,ms,tflops,head_dim_v\n");
   } else {
     // Which libflashattn this run loaded (the build tree's, or one LD_LIBRARY_PATH names).
     Dl_info library{};
@@ -151,9 +180,13 @@ int main(int argc, char** argv) {
     std::printf("libflashattn %s (%s) on %s (sm_%d%d)\n", fa_version_string(),
                 library.dli_fname != nullptr ? library.dli_fname : "?", prop.name, prop.major,
                 prop.minor);
-    std::printf("%-4s %-6s %-6s %9s %9s  %s\n", "d", "causal", "seqlen", "ms", "TFLOP/s", "kernel");
+    std::printf("%-7s %-6s %-6s %9s %9s  %s\n", "d", "causal", "seqlen", "ms", "TFLOP/s",
+                "kernel");
   }
-  for (int d : opt.head_dims) {
+  for (Dims const& dims : opt.head_dims) {
+    int const d = dims.d, dv = dims.dv;
+    std::string const dims_label =
+        dv == d ? std::to_string(d) : std::to_string(d) + ":" + std::to_string(dv);
     // The kernels to time at this head dim: one named, every registered one, or the default.
     std::vector<fa_kernel_config> kernels;
     if (!opt.kernel.empty()) {
@@ -180,8 +213,9 @@ int main(int argc, char** argv) {
         cfg.seqlen_q = cfg.seqlen_k = seqlen;
         cfg.heads_q = cfg.heads_kv = heads_for(d);
         cfg.head_dim = d;
+        cfg.head_dim_v = dv;
         cfg.causal = causal;
-        double const flops = 4.0 * cfg.batch * cfg.heads_q * double(seqlen) * seqlen * d /
+        double const flops = 2.0 * cfg.batch * cfg.heads_q * double(seqlen) * seqlen * (d + dv) /
                              (causal ? 2.0 : 1.0);
         // One timed configuration: plan, warm up, time (--iters or --window-ms), print.
         auto time_plan = [&](fa_plan_t* plan, char const* label) {
@@ -211,13 +245,13 @@ int main(int argc, char** argv) {
           double const tflops = flops / (ms * 1e-3) / 1e12;
           std::string name = std::string(label) + name_of(used);
           if (opt.csv) {
-            std::printf("\"%s\",%s,%d,%d,%d,%lld,%lld,%.4f,%.1f\n", name.c_str(),
+            std::printf("\"%s\",%s,%d,%d,%d,%lld,%lld,%.4f,%.1f,%d\n", name.c_str(),
                         opt.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16", d, causal, seqlen,
                         static_cast<long long>(cfg.batch), static_cast<long long>(cfg.heads_q), ms,
-                        tflops);
+                        tflops, dv);
           } else {
-            std::printf("%-4d %-6d %-6d %9.4f %9.1f  %s\n", d, causal, seqlen, ms, tflops,
-                        name.c_str());
+            std::printf("%-7s %-6d %-6d %9.4f %9.1f  %s\n", dims_label.c_str(), causal, seqlen, ms,
+                        tflops, name.c_str());
           }
           std::fflush(stdout);
         };
@@ -227,8 +261,8 @@ int main(int argc, char** argv) {
           fa_status s = use_default ? fa_plan_create(ctx, &cfg, &plan)
                                     : fa_plan_create_with_kernel(ctx, &cfg, &kernels[r], &plan);
           if (s != FA_STATUS_SUCCESS) {
-            std::fprintf(stderr, "skipped d=%d causal=%d seqlen=%d: %s\n", d, causal, seqlen,
-                         fa_last_error_detail());
+            std::fprintf(stderr, "skipped d=%s causal=%d seqlen=%d: %s\n", dims_label.c_str(), causal,
+                         seqlen, fa_last_error_detail());
             continue;
           }
           time_plan(plan, opt.autotune ? "default " : "");

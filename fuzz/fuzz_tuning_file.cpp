@@ -91,14 +91,15 @@ extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
 
   auto const& kernels = device().ctx.gpu.kernels;
   for (auto const& [key, entry] : loaded) {
-    auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k] = key;
+    auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k, head_dim_v] = key;
     bool known = false;
     for (auto const* k : kernels) known = known || k == entry;
     if (!known) finding("an entry is not one of the device's kernels", text);
     // A kernel runs its own head dim and every multiple of 8 below it (zero columns).
     int const d = entry->config.d_head;
     if (static_cast<int>(entry->config.dtype) != dtype || d < head_dim ||
-        (d != head_dim && (head_dim % 8 != 0 || head_dim < 8)) || seqlen_q < 1 || seqlen_k < 1) {
+        (d != head_dim && (head_dim % 8 != 0 || head_dim < 8)) || seqlen_q < 1 || seqlen_k < 1 ||
+        head_dim_v < 1 || head_dim_v > head_dim) {
       finding("an entry's kernel does not fit its shape", text);
     }
   }

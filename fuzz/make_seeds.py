@@ -59,18 +59,20 @@ def kernel_names(kernels):
 
 def tuning_files(kernels):
     header = ("libflashattn-tuning 1\n# written by libflashattn 0.2.0; one line per shape:\n"
-              "# <dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel>\n")
+              "# <dtype> <head_dim>[:<head_dim_v>] <causal> <seqlen_q> <seqlen_k> | <kernel>\n")
     by_shape = {}
     with open(os.path.join(ROOT, "src", "cuda", "heuristic_sm90.txt")) as f:
         for line in f:
             fields = line.split()
             if fields and fields[0] == "pick":
-                _, d, causal, seqlen = fields[:4]
+                _, dims, causal, seqlen = fields[:4]  # dims: "128", or "192:128" (head_dim_v)
+                d, _, dv = dims.partition(":")
                 tail = line.split(" | ")[1].strip()
                 for dtype in ("BF16", "FP16"):
-                    by_shape[(dtype, int(d), int(causal), int(seqlen))] = f"({dtype}, {tail}"
-    entries = "".join(f"{dtype} {d} {causal} {n} {n} | {name}\n"
-                      for (dtype, d, causal, n), name in sorted(by_shape.items())[::7])
+                    by_shape[(dtype, int(d), int(dv or d), int(causal), int(seqlen))] = \
+                        f"({dtype}, {tail}"
+    entries = "".join(f"{dtype} {d if dv == d else f'{d}:{dv}'} {causal} {n} {n} | {name}\n"
+                      for (dtype, d, dv, causal, n), name in sorted(by_shape.items())[::7])
     write("tuning_file", "saved_sm90", header + "arch 90\n" + entries)
     write("tuning_file", "stale_and_malformed",
           header + "arch 90\n"
@@ -84,6 +86,10 @@ def tuning_files(kernels):
     write("tuning_file", "regression_seqlen_int64_max",
           header + f"arch 90\nBF16 256 0 9223372036854775807 1 | {bf16_256}\n")
     write("tuning_file", "other_arch", header + "arch 80\n" + entries.split("\n")[0] + "\n")
+    # A value head dim that differs (the head dims written "128:64").
+    bf16_128 = next(k for k in kernels if k.startswith("(BF16, 128, 128,"))
+    write("tuning_file", "value_head_dim",
+          header + f"arch 90\nBF16 128:64 1 2048 2048 | {bf16_128}\n")
     write("tuning_file", "future_version", "libflashattn-tuning 2\narch 90\n")
 
 

@@ -796,7 +796,9 @@ FA_API fa_status fa_autotune(fa_context_t* ctx, const fa_config* config, const v
  *  Writes the context's tuning results (every shape recorded by fa_autotune() or
  *  fa_context_set_kernel()) to `path`, replacing the file. The format is a versioned text file:
  *  a "libflashattn-tuning 1" line, the device's compute capability, then one line per shape:
- *  "<dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel name>".
+ *  "<dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel name>", the head dim written
+ *  "<head_dim>:<head_dim_v>" where the value head dim differs (since 0.3.0: a shape's entry
+ *  serves that value head dim only; a 0.2 reader skips such a line as malformed).
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_WRONG_CONTEXT (CPU
  *          context); FA_STATUS_IO_ERROR (the detail message names the path and the operating
  *          system's reason).

@@ -132,16 +132,17 @@ def backends(torch, wanted):
 
 
 def kernel_names(args, dtype):
-    """(d, causal, seqlen) -> the library's pick, from flashattn_bench (one short window each)."""
+    """(d, dv, causal, seqlen) -> the library's pick, from flashattn_bench (one short window
+    each)."""
     if not args.bench:
         return {}
     cmd = [args.bench, "--csv", "--dtype", dtype, "--window-ms", "1", "--iters", "1",
-           "--head-dims", ",".join(sorted({str(d) for d, _ in args.head_dims})),
+           "--head-dims", ",".join(str(d) if d == dv else f"{d}:{dv}" for d, dv in args.head_dims),
            "--causal", ",".join(map(str, args.causal)),
            "--seqlens", ",".join(map(str, args.seqlens))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return {(int(r["head_dim"]), int(r["causal"]), int(r["seqlen"])): r["kernel"]
-            for r in csv.DictReader(io.StringIO(out))}
+    return {(int(r["head_dim"]), int(r["head_dim_v"]), int(r["causal"]), int(r["seqlen"])):
+            r["kernel"] for r in csv.DictReader(io.StringIO(out))}
 
 
 def table(gpu, dtype, rows, names, window_ms, repeats):
@@ -214,7 +215,7 @@ def main():
                                          seqlen=s, backend=name, us=round(ms * 1e3, 2),
                                          tflops=round(flops(b, h, s, d, dv, causal) / (ms * 1e-3)
                                                       / 1e12, 1),
-                                         kernel=picks.get((d, causal, s), "")
+                                         kernel=picks.get((d, dv, causal, s), "")
                                          if name == "libflashattn" else ""))
                         print(",".join(str(x) for x in rows[-1].values()), flush=True)
                     del q, k, v

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tuning sweep on the GPU machine: builds a kernel set (FA_SWEEP_SET: `sweep`, every kernel the
 # seed ever named, by default; `sm90` for the Hopper family's tuning candidates) for one dtype
-# and head dims 64/128/192/256 (FA_SWEEP_HEAD_DIMS), checks a sample of them against the CPU
+# and head dims 64/128/192/256 (FA_SWEEP_HEAD_DIMS; D:DV times value head dim DV on D's kernels,
+# e.g. "192:128"), checks a sample of them against the CPU
 # backend, times all of them on the FA-paper grid FA_SWEEP_PASSES times (1; passes of short
 # windows put one kernel 0.90-1.15x apart, so tables are derived from the mean of two), and
 # times PyTorch SDPA (flash, cuDNN) in the same run.
@@ -20,7 +21,7 @@ passes="${FA_SWEEP_PASSES:-1}"
 [[ "$passes" =~ ^[1-9][0-9]*$ ]] || { echo "FA_SWEEP_PASSES=$passes: expected 1 or more"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" -DFA_KERNEL_SET="${FA_SWEEP_SET:-sweep}" \
-  -DFA_DTYPES="$dtype" -DFA_HEAD_DIMS="$head_dims" -DFA_CUDA_ARCHS=90 \
+  -DFA_DTYPES="$dtype" -DFA_HEAD_DIMS="$(sed 's/:[0-9]*//g' <<<"$head_dims")" -DFA_CUDA_ARCHS=90 \
   -DFA_KERNELS_PER_FILE=4 \
   >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
 SECONDS=0

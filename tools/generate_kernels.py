@@ -196,8 +196,9 @@ def parse_short_name(text):
 
 
 def read_choice_table(path):
-    """Rows of a heuristic_sm*.txt: ('pick' or 'fallback', d, causal, max_seqlen, config) and
-    ('candidate', d, causal, None, config); configs carry BF16 as a placeholder dtype."""
+    """Rows of a heuristic_sm*.txt: ('pick' or 'fallback', d, dv, causal, max_seqlen, config) and
+    ('candidate', d, dv, causal, None, config), the head dims written `d` (dv = d) or `d:dv`;
+    configs carry BF16 as a placeholder dtype."""
     rows = []
     for line in open(path):
         line = line.strip()
@@ -206,10 +207,12 @@ def read_choice_table(path):
         fields, name = line.split(" | ")
         fields = fields.split()
         config = parse_short_name("(BF16, " + name)
+        d, _, dv = fields[1].partition(":")
+        d, dv = int(d), int(dv or d)
         if fields[0] in ("pick", "fallback"):
-            rows.append((fields[0], int(fields[1]), int(fields[2]), int(fields[3]), config))
+            rows.append((fields[0], d, dv, int(fields[2]), int(fields[3]), config))
         elif fields[0] == "candidate":
-            rows.append(("candidate", int(fields[1]), int(fields[2]), None, config))
+            rows.append(("candidate", d, dv, int(fields[2]), None, config))
         else:
             raise ValueError(f"{path}: unknown row kind '{fields[0]}'")
     return rows
@@ -262,8 +265,8 @@ def sm90_tuning_configs(dtype, d_head):
     """Candidates for a tuning sweep (FA_KERNEL_SET=sm90): sm90_configs' tiles with every
     combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
     and all off at three stages, and wider tiles (FA3's among them: d 64 with three consumer
-    warpgroups, 192 query rows; d 128 with 176 keys; d 192 with 96, freeing registers; d 256 with
-    80) with overlap: alone, persistent, ping-pong, and persistent with ping-pong (ping-pong only
+    warpgroups, 192 query rows; d 128 with 176 keys; d 192 with 96, freeing registers, and with
+    128, V then held in 128 columns for value head dims up to 128; d 256 with 80) with overlap: alone, persistent, ping-pong, and persistent with ping-pong (ping-pong only
     with two consumer warpgroups, so not for the 192-row d 64 tile)."""
     base = sm90_configs(dtype, d_head)[0]
     configs = [dataclasses.replace(base, overlap=o, pingpong=pp, persistent=pe)
@@ -274,7 +277,7 @@ def sm90_tuning_configs(dtype, d_head):
                                         persistent=True)]
     wide = {64: [dict(B_r=192, n_warps=16), dict(B_c=176)],
             128: [dict(B_c=176), dict(B_c=192)],
-            192: [dict(B_c=96)],
+            192: [dict(B_c=96), dict(B_c=128)],  # 128 keys: V in 128 columns (192 / 128)
             256: [dict(B_c=80)]}[d_head]
     for tile in wide:
         for knobs in (dict(), dict(persistent=True), dict(pingpong=True),
@@ -289,7 +292,7 @@ def select(kernel_set, dtypes, head_dims, tables, sm90, built):
     configs = set()
     if kernel_set in ("default", "all", "sm90"):
         for rows in tables.values():
-            for _, d, _, _, config in rows:
+            for _, d, _, _, _, config in rows:
                 if d in head_dims:
                     configs.update(with_dtype(config, dtype) for dtype in dtypes)
         for dtype, d in itertools.product(dtypes, head_dims):
@@ -415,12 +418,13 @@ def main():
                      "}\n\n}  // namespace fa::cuda\n")
     picks, candidates = [], []
     for arch, rows in sorted(tables.items()):
-        for kind, d, causal, max_seqlen, config in rows:
+        for kind, d, dv, causal, max_seqlen, config in rows:
             if kind in ("pick", "fallback"):
-                picks.append(f"    {{{arch}, {d}, {'true' if causal else 'false'}, {max_seqlen}, "
-                             f"{config.cpp()}, {'true' if kind == 'fallback' else 'false'}}},\n")
+                picks.append(f"    {{{arch}, {d}, {dv}, {'true' if causal else 'false'}, "
+                             f"{max_seqlen}, {config.cpp()}, "
+                             f"{'true' if kind == 'fallback' else 'false'}}},\n")
             else:
-                candidates.append(f"    {{{arch}, {d}, {'true' if causal else 'false'}, "
+                candidates.append(f"    {{{arch}, {d}, {dv}, {'true' if causal else 'false'}, "
                                   f"{config.cpp()}}},\n")
     write_if_changed(os.path.join(args.out, "heuristic_generated.cpp"),
                      BANNER + '#include "cuda/heuristic.hpp"\n\nnamespace fa::cuda {\n\n'
@@ -428,11 +432,11 @@ def main():
                      "// each config is a placeholder, replaced by the problem's.\n"
                      "std::span<ChoicePick const> choice_picks() {\n"
                      "  static constexpr ChoicePick kPicks[] = {\n" + "".join(picks) +
-                     "      {0, 0, false, 0, KernelConfig{}, false}};\n"
+                     "      {0, 0, 0, false, 0, KernelConfig{}, false}};\n"
                      "  return {kPicks, std::size(kPicks) - 1};\n}\n\n"
                      "std::span<ChoiceCandidate const> choice_candidates() {\n"
                      "  static constexpr ChoiceCandidate kCandidates[] = {\n" + "".join(candidates) +
-                     "      {0, 0, false, KernelConfig{}}};\n"
+                     "      {0, 0, 0, false, KernelConfig{}}};\n"
                      "  return {kCandidates, std::size(kCandidates) - 1};\n}\n\n"
                      "}  // namespace fa::cuda\n")
     write_if_changed(os.path.join(args.out, "kernels.txt"),

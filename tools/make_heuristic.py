@@ -5,7 +5,10 @@
         --out src/cuda/heuristic_sm90.txt
 
 Several sweeps may be given: a later one's (head dim, causal) pairs replace every point of
-those pairs in the earlier ones (a re-run of some pairs with newer code). The table's header
+those pairs in the earlier ones (a re-run of some pairs with newer code). A sweep's head_dim_v
+column (flashattn_bench --head-dims 192:128) keys its points apart from those of head_dim_v =
+head_dim: their rows name the head dims "192:128", and the choice takes them for problems with
+that value head dim (and the fallback rows of the head dim: none are written for such pairs). The table's header
 records the sweeps and the options, so that the same command regenerates it exactly.
 --keep-earlier D:C keeps a pair's points from the first sweep that has it, where a later sweep's
 picks for that pair timed slower through the choice than the sweep predicted (sweep noise:
@@ -51,18 +54,20 @@ def main():
             ap.error(f"--keep-earlier {pair!r}: expected HEAD_DIM:CAUSAL, e.g. 128:1")
         keep.add((d, causal))
 
-    by_point = collections.defaultdict(dict)  # (d, causal, seqlen) -> {kernel: tflops}
+    # (d, dv, causal, seqlen) -> {kernel: tflops}; a "pair" below is (d, dv, causal).
+    by_point = collections.defaultdict(dict)
     for sweep in args.sweeps:
         points = collections.defaultdict(dict)
         with open(sweep) as f:
             for r in csv.DictReader(f):
-                key = (int(r["head_dim"]), int(r["causal"]), int(r["seqlen"]))
+                d = int(r["head_dim"])
+                key = (d, int(r.get("head_dim_v") or d), int(r["causal"]), int(r["seqlen"]))
                 points[key][strip_dtype(r["kernel"])] = float(r["tflops"])
-        held = {k[:2] for k in by_point} & keep
-        pairs = {k[:2] for k in points} - held
-        for key in [k for k in by_point if k[:2] in pairs]:
+        held = {k[:3] for k in by_point} & {(d, d, c) for d, c in keep}
+        pairs = {k[:3] for k in points} - held
+        for key in [k for k in by_point if k[:3] in pairs]:
             del by_point[key]
-        by_point.update({k: v for k, v in points.items() if k[:2] in pairs})
+        by_point.update({k: v for k, v in points.items() if k[:3] in pairs})
 
     lines = [f"# Kernel choice for sm_{args.arch}, derived by tools/make_heuristic.py from",
              *(f"#   {sweep}" for sweep in args.sweeps),
@@ -70,39 +75,45 @@ def main():
              + "".join(f" --keep-earlier {d}:{c}" for d, c in sorted(keep))
              + " (a later sweep's",
              "# (head_dim, causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
-             "#   pick <head_dim> <causal> <max_seqlen> | <config without dtype>",
+             "#   pick <head_dim>[:<head_dim_v>] <causal> <max_seqlen> | <config without dtype>",
              "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
              "#     (head_dim, causal) also serves longer sequences)",
              "#   fallback <head_dim> <causal> <max_seqlen> | <config>: the mma.sync kernel where",
              "#     the pick is of the sm90 family and cannot run",
              "#   candidate <head_dim> <causal> | <config>: also built, also timed by fa_autotune()"]
 
-    def rows(kind, d, causal, seqlens, keep):
+    def rows(kind, d, dv, causal, seqlens, keep):
         previous, out = None, []
+        dims = str(d) if dv == d else f"{d}:{dv}"
         for s in seqlens:
-            times = {k: t for k, t in by_point[(d, causal, s)].items() if keep(k)}
+            times = {k: t for k, t in by_point[(d, dv, causal, s)].items() if keep(k)}
             best = max(times, key=times.get)
             if previous in times and times[previous] >= times[best] * (1 - args.tie):
                 best = previous
-            out.append(f"{kind} {d} {causal} {s} | {best}")
+            out.append(f"{kind} {dims} {causal} {s} | {best}")
             previous = best
         return out
 
-    for d, causal in sorted({(k[0], k[1]) for k in by_point}):
-        seqlens = sorted(k[2] for k in by_point if k[:2] == (d, causal))
-        picks = rows("pick", d, causal, seqlens, lambda k: True)
+    for d, dv, causal in sorted({k[:3] for k in by_point}, key=lambda k: (k[0], -k[1], k[2])):
+        seqlens = sorted(k[3] for k in by_point if k[:3] == (d, dv, causal))
+        picks = rows("pick", d, dv, causal, seqlens, lambda k: True)
         lines += picks
-        if any("sm90" in p for p in picks):
-            lines += rows("fallback", d, causal, seqlens, lambda k: "sm90" not in k)
+        # Fallback rows for head_dim_v = head_dim only: the mma.sync kernels hold V in d_head
+        # columns, so a smaller value head dim runs best where the head dim's does, and the
+        # choice takes those rows for it (a sweep of the sm90 set times only the mma.sync
+        # decode tiles).
+        if any("sm90" in p for p in picks) and dv == d:
+            lines += rows("fallback", d, dv, causal, seqlens, lambda k: "sm90" not in k)
         scores = collections.defaultdict(list)
         for s in seqlens:
-            top = max(by_point[(d, causal, s)].values())
-            for kernel, t in by_point[(d, causal, s)].items():
+            top = max(by_point[(d, dv, causal, s)].values())
+            for kernel, t in by_point[(d, dv, causal, s)].items():
                 scores[kernel].append(t / top)
         ranked = sorted((math.exp(sum(map(math.log, v)) / len(v)), k)
                         for k, v in scores.items() if len(v) == len(seqlens))
+        dims = str(d) if dv == d else f"{d}:{dv}"
         for _, kernel in reversed(ranked[-args.candidates:]):
-            lines.append(f"candidate {d} {causal} | {kernel}")
+            lines.append(f"candidate {dims} {causal} | {kernel}")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -7,8 +7,9 @@ Each pass is the CSV `flashattn_bench --all-kernels --csv` writes, run back to b
 machine with the same arguments. Two passes of short windows put one kernel 0.90-1.15x apart
 (docs/performance.md), and make_heuristic.py's later-sweep-replaces rule would keep only the
 last; their mean is what the table should be derived from. The passes must hold the same points
-(kernel, dtype, head dim, causal, length, batch, heads): a point missing from one pass is a
-failed or cut-short run, and the tool refuses it by name rather than averaging fewer samples.
+(kernel, dtype, head dim, causal, length, batch, heads, and the value head dim where the passes
+have that column): a point missing from one pass is a failed or cut-short run, and the tool
+refuses it by name rather than averaging fewer samples.
 Rows keep the first pass's order; ms is written to 4 decimals and TFLOP/s to 1, as the bench does.
 """
 import argparse
@@ -17,9 +18,11 @@ import sys
 
 _KEY = ("kernel", "dtype", "head_dim", "causal", "seqlen", "batch", "heads")
 _COLUMNS = (*_KEY, "ms", "tflops")
+_VALUE_DIM = "head_dim_v"  # written after tflops by benches that time head_dim_v != head_dim
 
 
 def read_pass(path):
+    """(points keyed by _KEY and, where the pass has it, head_dim_v; whether it has it)"""
     points = {}
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
@@ -27,11 +30,13 @@ def read_pass(path):
         if missing:
             raise ValueError(f"{path}: no column {', '.join(missing)} "
                              f"(expected {','.join(_COLUMNS)})")
+        value_dim = _VALUE_DIM in reader.fieldnames
+        key_columns = (*_KEY, _VALUE_DIM) if value_dim else _KEY
         for line, row in enumerate(reader, start=2):
             if None in row.values() or None in row:
                 raise ValueError(f"{path}:{line}: the row has {len(row)} fields where "
                                  f"{len(reader.fieldnames)} are named (a cut-short pass?)")
-            key = tuple(row[c] for c in _KEY)
+            key = tuple(row[c] for c in key_columns)
             if key in points:
                 raise ValueError(f"{path}:{line}: the point {key} appears twice")
             try:
@@ -39,7 +44,7 @@ def read_pass(path):
             except ValueError:
                 raise ValueError(f"{path}:{line}: ms {row['ms']!r} or tflops {row['tflops']!r} "
                                  "is not a number") from None
-    return points
+    return points, value_dim
 
 
 def main():
@@ -50,10 +55,18 @@ def main():
     if len(args.passes) < 2:
         ap.error("give two passes or more (one pass is already a sweep)")
     try:
-        passes = [read_pass(p) for p in args.passes]
+        read = [read_pass(p) for p in args.passes]
     except (OSError, ValueError) as e:
         print(f"merge_sweep_passes.py: {e}", file=sys.stderr)
         return 2
+    value_dim = read[0][1]
+    for path, (_, has) in zip(args.passes[1:], read[1:]):
+        if has != value_dim:
+            print(f"merge_sweep_passes.py: {path} {'has' if has else 'lacks'} the column "
+                  f"{_VALUE_DIM}, which {args.passes[0]} {'lacks' if has else 'has'}",
+                  file=sys.stderr)
+            return 2
+    passes = [points for points, _ in read]
     first = passes[0]
     for path, points in zip(args.passes[1:], passes[1:]):
         lacks, extra = first.keys() - points.keys(), points.keys() - first.keys()
@@ -64,11 +77,11 @@ def main():
             return 2
     with open(args.out, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")  # as the bench writes its CSV
-        w.writerow(_COLUMNS)
+        w.writerow((*_COLUMNS, _VALUE_DIM) if value_dim else _COLUMNS)
         for key in first:
             ms = sum(p[key][0] for p in passes) / len(passes)
             tflops = sum(p[key][1] for p in passes) / len(passes)
-            w.writerow([*key, f"{ms:.4f}", f"{tflops:.1f}"])
+            w.writerow([*key[:len(_KEY)], f"{ms:.4f}", f"{tflops:.1f}", *key[len(_KEY):]])
     return 0
 
 

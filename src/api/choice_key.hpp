@@ -10,12 +10,14 @@
 
 namespace fa {
 
-// What the kernel choice depends on: (dtype, causal, head_dim, seqlen_q, seqlen_k). The plan
-// cache's and the tuning results' key.
-using ChoiceKey = std::tuple<int, bool, int64_t, int64_t, int64_t>;
+// What the kernel choice depends on: (dtype, causal, head_dim, seqlen_q, seqlen_k, head_dim_v).
+// The plan cache's and the tuning results' key. (Without head_dim_v, a 192 / 192 problem's pick,
+// which also runs 192 / 128, became the pick of a 192 / 128 problem of the same length, 0.88x
+// the table's own 192 / 128 kernel at 512 on an H200.)
+using ChoiceKey = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t>;
 
 inline ChoiceKey choice_key(Problem const& p) {
-  return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k};
+  return {static_cast<int>(p.dtype), p.causal, p.head_dim, p.seqlen_q, p.seqlen_k, p.head_dim_v};
 }
 
 // The built-in choice's cache key: the shape key plus what else choose_kernel() and the

@@ -75,12 +75,20 @@ fa_status parse_tuning(std::string_view text, char const* source, int arch,
     }
     size_t bar = line.find(" | ");
     std::istringstream fields(line.substr(0, bar));
-    std::string dtype;
-    int64_t head_dim = 0, causal = -1, seqlen_q = 0, seqlen_k = 0;
-    if (bar == std::string::npos ||
-        !(fields >> dtype >> head_dim >> causal >> seqlen_q >> seqlen_k) ||
-        (dtype != "FP16" && dtype != "BF16") || (causal != 0 && causal != 1) || head_dim < 1 ||
-        seqlen_q < 1 || seqlen_k < 1) {
+    std::string dtype, dims;
+    int64_t head_dim = 0, head_dim_v = 0, causal = -1, seqlen_q = 0, seqlen_k = 0;
+    // The head dims: "128", or "192:128" for a value head dim that differs (since 0.3.0; a
+    // reader before it skips such a line as malformed).
+    auto parse_dims = [&] {
+      std::istringstream in(dims);
+      if (!(in >> head_dim)) return false;
+      head_dim_v = head_dim;
+      if (in.peek() == ':' && !(in.get() && in >> head_dim_v)) return false;
+      return in.peek() == std::char_traits<char>::eof();
+    };
+    if (bar == std::string::npos || !(fields >> dtype >> dims >> causal >> seqlen_q >> seqlen_k) ||
+        !parse_dims() || (dtype != "FP16" && dtype != "BF16") || (causal != 0 && causal != 1) ||
+        head_dim < 1 || head_dim_v < 1 || seqlen_q < 1 || seqlen_k < 1) {
       skip("malformed entry \"" + line + "\"");
       continue;
     }
@@ -104,6 +112,7 @@ fa_status parse_tuning(std::string_view text, char const* source, int arch,
     shape.causal = static_cast<int32_t>(causal);
     shape.batch = shape.heads_q = shape.heads_kv = 1;
     shape.head_dim = head_dim;
+    shape.head_dim_v = head_dim_v;
     shape.seqlen_q = seqlen_q;
     shape.seqlen_k = seqlen_k;
     Problem p;
@@ -132,12 +141,14 @@ std::string format_tuning(int arch, TunedKernels const& tuned) {
   std::ostringstream text;
   text << kMagic << ' ' << kFormatVersion << '\n'
        << "# written by libflashattn " << FA_VERSION_STRING << "; one line per shape:\n"
-       << "# <dtype> <head_dim> <causal> <seqlen_q> <seqlen_k> | <kernel>\n"
+       << "# <dtype> <head_dim>[:<head_dim_v>] <causal> <seqlen_q> <seqlen_k> | <kernel>\n"
        << "arch " << arch << '\n';
   for (auto const& [key, entry] : tuned) {
-    auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k] = key;
-    text << dtype_name(static_cast<DType>(dtype)) << ' ' << head_dim << ' ' << (causal ? 1 : 0)
-         << ' ' << seqlen_q << ' ' << seqlen_k << " | " << short_name(entry->config) << '\n';
+    auto const& [dtype, causal, head_dim, seqlen_q, seqlen_k, head_dim_v] = key;
+    text << dtype_name(static_cast<DType>(dtype)) << ' ' << head_dim;
+    if (head_dim_v != head_dim) text << ':' << head_dim_v;
+    text << ' ' << (causal ? 1 : 0) << ' ' << seqlen_q << ' ' << seqlen_k << " | "
+         << short_name(entry->config) << '\n';
   }
   return text.str();
 }

@@ -13,11 +13,11 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa) {
   return n_q_blocks * (pack_gqa ? p.heads_kv : p.heads_q) * p.batch;
 }
 
-bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits) {
+bool needs_general(Problem const& p, int d_head, int d_head_v, bool pack_gqa, int num_splits) {
   // A negative scale is general too: the plain softmax folds the scale into exp2 of raw scores.
-  // head_dim_v <= head_dim (value_dim_differs), so a head_dim below d_head is covered too.
   return p.layout == Layout::kPagedKv || p.fp8() || p.softcap > 0.f || p.alibi != Alibi::kNone ||
-         p.sinks || p.softmax_scale < 0.f || pack_gqa || num_splits > 1 || p.head_dim_v < d_head;
+         p.sinks || p.softmax_scale < 0.f || pack_gqa || num_splits > 1 || p.head_dim < d_head ||
+         p.head_dim_v < d_head_v;
 }
 
 std::string head_dim_below(KernelConfig const& k, Problem const& p, char const* family) {

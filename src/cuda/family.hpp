@@ -64,13 +64,14 @@ KernelFamily const* find_family(int32_t family);
 // x batch, where packing GQA puts the heads_q / heads_kv query heads of a K/V head in one tile.
 int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 
-// Whether the plain instantiation of either family's kernels (head dim d_head) leaves `p` to the
-// general one: dense, varlen and contiguous-cache layouts with causal and window masks at the
-// kernel's head dim are plain; a paged cache, FP8 inputs, score transforms, sinks, packed GQA,
-// splits and a head dim (or value head dim) below the kernel's are general. The plain kernels' stores then
-// need no column bound: a bound kept for them cost the d 256 kernels 28-40 bytes more spills
-// and 1.4% (H200, docs/performance.md).
-bool needs_general(Problem const& p, int d_head, bool pack_gqa, int num_splits);
+// Whether the plain instantiation of either family's kernels (head dims d_head for Q and K,
+// d_head_v for V and O) leaves `p` to the general one: dense, varlen and contiguous-cache
+// layouts with causal and window masks at the kernel's head dims are plain; a paged cache, FP8
+// inputs, score transforms, sinks, packed GQA, splits and a head dim or value head dim below the
+// kernel's are general. The plain kernels' loads and stores then need no column bound: a bound
+// kept for them cost the d 256 kernels 28-40 bytes more spills and 1.4% (H200,
+// docs/performance.md).
+bool needs_general(Problem const& p, int d_head, int d_head_v, bool pack_gqa, int num_splits);
 
 // Why a family whose kernels run a head dim below their own (`k`'s) in 16-byte column units,
 // the columns past it zero-filled on load and never written, cannot run `p`: a message naming

@@ -15,6 +15,17 @@ int64_t table_head_dim(int table, int64_t head_dim) {
   return best;
 }
 
+int64_t table_value_dim(int table, int64_t d_head, int64_t head_dim_v, bool fallback) {
+  int64_t best = 0;
+  for (ChoicePick const& pick : choice_picks()) {
+    if (pick.arch == table && pick.d_head == d_head && pick.fallback == fallback &&
+        pick.d_head_v >= head_dim_v && (best == 0 || pick.d_head_v < best)) {
+      best = pick.d_head_v;
+    }
+  }
+  return best;
+}
+
 int nearest_table_arch(int arch) {
   // The closest measured arch, preferring an older one on a tie (its kernels run on newer chips).
   int best = -1;
@@ -30,11 +41,12 @@ int nearest_table_arch(int arch) {
 std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback) {
   int const table = nearest_table_arch(arch);
   int64_t const d_head = table_head_dim(table, p.head_dim);
+  int64_t const d_head_v = table_value_dim(table, d_head, p.head_dim_v, fallback);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   ChoicePick const* chosen = nullptr;
   for (ChoicePick const& pick : choice_picks()) {
-    if (pick.arch != table || pick.d_head != d_head || pick.causal != p.causal ||
-        pick.fallback != fallback) {
+    if (pick.arch != table || pick.d_head != d_head || pick.d_head_v != d_head_v ||
+        pick.causal != p.causal || pick.fallback != fallback) {
       continue;
     }
     // Rows come sorted by max_seqlen: the first that covers the length, else the longest.
@@ -50,13 +62,14 @@ std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallba
 std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p) {
   int const table = nearest_table_arch(arch);
   int64_t const d_head = table_head_dim(table, p.head_dim);
+  int64_t const d_head_v = table_value_dim(table, d_head, p.head_dim_v, false);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   std::vector<KernelConfig> rows;
   size_t covering = 0;
   bool covered = false;
   for (ChoicePick const& pick : choice_picks()) {
-    if (pick.arch != table || pick.d_head != d_head || pick.causal != p.causal ||
-        pick.fallback) {
+    if (pick.arch != table || pick.d_head != d_head || pick.d_head_v != d_head_v ||
+        pick.causal != p.causal || pick.fallback) {
       continue;
     }
     if (!covered && length <= pick.max_seqlen) {

@@ -36,6 +36,10 @@ TEST_CASE("the built-in choice's cache key tells apart what the choice reads") {
   Problem longer = p;
   longer.seqlen_k = 8193;
   CHECK(builtin_key(longer) != builtin_key(p));
+  Problem narrow_v = p;  // 192 / 128 takes its own rows and kernels, not 192 / 192's
+  narrow_v.head_dim_v = 64;
+  CHECK(builtin_key(narrow_v) != builtin_key(p));
+  CHECK(choice_key(narrow_v) != choice_key(p));
   Problem e4m3 = p;  // an FP8 cache of the same shape runs on the fp8 decode tiles only
   e4m3.kv_dtype = DType::kE4M3;
   CHECK(builtin_key(e4m3) != builtin_key(p));

@@ -13,7 +13,7 @@ namespace {
 
 struct Row {
   std::string kind, config;
-  int head_dim = 0, causal = 0;
+  int head_dim = 0, head_dim_v = 0, causal = 0;  // head dims written "192" or "192:128"
   long long max_seqlen = 0;
 };
 
@@ -36,7 +36,12 @@ std::vector<Row> read_table(std::string const& path) {
     REQUIRE_MESSAGE(bar != std::string::npos, line);
     Row r;
     std::istringstream fields(line.substr(0, bar));
-    fields >> r.kind >> r.head_dim >> r.causal;
+    std::string dims;
+    fields >> r.kind >> dims >> r.causal;
+    size_t const colon = dims.find(':');
+    r.head_dim = std::stoi(dims.substr(0, colon));
+    r.head_dim_v = colon == std::string::npos ? r.head_dim : std::stoi(dims.substr(colon + 1));
+    REQUIRE_MESSAGE(r.head_dim_v <= r.head_dim, line);
     if (r.kind == "pick" || r.kind == "fallback") fields >> r.max_seqlen;
     r.config = line.substr(bar + 3);
     REQUIRE_MESSAGE((r.kind == "pick" || r.kind == "fallback" || r.kind == "candidate"), line);
@@ -49,7 +54,7 @@ std::vector<Row> read_table(std::string const& path) {
 
 TEST_SUITE("choice") {
 
-TEST_CASE("choice tables name valid kernels, each (head dim, causal) covered in length order") {
+TEST_CASE("choice tables name valid kernels, each (head dims, causal) covered in length order") {
   std::vector<std::string> tables = split(FA_CHOICE_TABLES, ',');
   REQUIRE(!tables.empty());
   for (std::string const& path : tables) {
@@ -57,7 +62,8 @@ TEST_CASE("choice tables name valid kernels, each (head dim, causal) covered in 
     REQUIRE(!rows.empty());
     for (size_t i = 0; i < rows.size(); ++i) {
       Row const& r = rows[i];
-      INFO(path << ": " << r.kind << " " << r.head_dim << " " << r.causal << " | " << r.config);
+      INFO(path << ": " << r.kind << " " << r.head_dim << ":" << r.head_dim_v << " " << r.causal
+                << " | " << r.config);
       for (char const* dtype : {"FP16", "BF16"}) {
         fa_kernel_config kc;
         REQUIRE(fa_kernel_config_init(&kc) == FA_STATUS_SUCCESS);
@@ -84,7 +90,8 @@ TEST_CASE("choice tables name valid kernels, each (head dim, causal) covered in 
         }
       }
       if (r.kind != "candidate" && i > 0 && rows[i - 1].kind == r.kind &&
-          rows[i - 1].head_dim == r.head_dim && rows[i - 1].causal == r.causal) {
+          rows[i - 1].head_dim == r.head_dim && rows[i - 1].head_dim_v == r.head_dim_v &&
+          rows[i - 1].causal == r.causal) {
         CHECK(rows[i - 1].max_seqlen < r.max_seqlen);
       }
       // A fallback stands in where the sm90 family cannot run: it is of the mma.sync family.

@@ -84,31 +84,42 @@ TEST_SUITE("family") {
 
   TEST_CASE("the general instantiation takes every feature the plain one lacks") {
     Problem p = test::dense_problem(1, 128, 128, 4, 4);
-    CHECK_FALSE(needs_general(p, 128, false, 1));
+    CHECK_FALSE(needs_general(p, 128, 128, false, 1));
     p.causal = true;
     p.window = true;
     p.window_left = 16;
-    CHECK_FALSE(needs_general(p, 128, false, 1));  // masks are plain
-    CHECK(needs_general(p, 128, true, 1));
-    CHECK(needs_general(p, 128, false, 2));
+    CHECK_FALSE(needs_general(p, 128, 128, false, 1));  // masks are plain
+    CHECK(needs_general(p, 128, 128, true, 1));
+    CHECK(needs_general(p, 128, 128, false, 2));
     Problem q = p;
     q.sinks = true;
-    CHECK(needs_general(q, 128, false, 1));
+    CHECK(needs_general(q, 128, 128, false, 1));
     q = p;
     q.softmax_scale = -0.1f;
-    CHECK(needs_general(q, 128, false, 1));
+    CHECK(needs_general(q, 128, 128, false, 1));
     q = p;
     q.layout = Layout::kPagedKv;
-    CHECK(needs_general(q, 128, false, 1));
+    CHECK(needs_general(q, 128, 128, false, 1));
     q = p;
     q.alibi = Alibi::kPerHead;
-    CHECK(needs_general(q, 128, false, 1));
+    CHECK(needs_general(q, 128, 128, false, 1));
     // A head dim below the kernel's: the plain kernels store every column of their own.
     q = p;
-    CHECK_FALSE(needs_general(q, 128, false, 1));
-    CHECK(needs_general(q, 256, false, 1));
+    CHECK_FALSE(needs_general(q, 128, 128, false, 1));
+    CHECK(needs_general(q, 256, 256, false, 1));
     q.head_dim_v = 64;
-    CHECK(needs_general(q, 128, false, 1));
+    CHECK(needs_general(q, 128, 128, false, 1));
+    // A kernel whose V and O have fewer columns than Q and K (d 192 / 128): plain at its dims,
+    // general below either.
+    q.head_dim = 192;
+    q.head_dim_v = 128;
+    CHECK_FALSE(needs_general(q, 192, 128, false, 1));
+    CHECK(needs_general(q, 192, 192, false, 1));
+    q.head_dim = 160;
+    CHECK(needs_general(q, 192, 128, false, 1));
+    q.head_dim = 192;
+    q.head_dim_v = 96;
+    CHECK(needs_general(q, 192, 128, false, 1));
   }
 
   TEST_CASE("a page pool of 2^31 pages or more reaches the kernels as INT32_MAX pages") {

@@ -21,6 +21,7 @@
 
 #include "common/feature_cases.hpp"
 #include "common/features.hpp"
+#include "cuda/kernel_value_dim.hpp"
 #include "flashattn.h"
 
 namespace {
@@ -268,9 +269,11 @@ TEST_CASE("every registered kernel runs the features") {
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
     for (FeatureCase c : sample) {
       c.dtype = k.dtype;
       c.head_dim = k.d_head;
+      c.head_dim_v = dv == k.d_head ? 0 : dv;
       FeatureData d = fa_test::make_feature_data(c, ++seed);
       char name[128];
       fa_kernel_config_name(&k, name, sizeof name, nullptr);
@@ -308,11 +311,13 @@ TEST_CASE("every sm90 kernel reads paged caches of every page size") {
     if (k.family != FA_FAMILY_SM90 || index++ % sample_step() != 0) continue;
     char name[128];
     fa_kernel_config_name(&k, name, sizeof name, nullptr);
+    int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
     for (size_t j = 0; j < shapes.size(); ++j) {
       Shape const& shape = shapes[j];
       FeatureCase c;
       c.dtype = k.dtype;
       c.head_dim = k.d_head;
+      c.head_dim_v = dv == k.d_head ? 0 : dv;
       c.layout = FA_LAYOUT_PAGED_KV;
       // Each kernel's four shapes take every other page size from its own start, so every
       // kernel reads both TMA boxes (8, 48, 256 or 16, 64) and gathered rows (3 or 1, 100).
@@ -332,6 +337,7 @@ TEST_CASE("every sm90 kernel reads paged caches of every page size") {
     FeatureCase m;
     m.dtype = k.dtype;
     m.head_dim = k.d_head;
+    m.head_dim_v = dv == k.d_head ? 0 : dv;
     m.layout = FA_LAYOUT_PAGED_KV;
     m.page_size = kernels % 2 == 0 ? 16 : 1;  // TMA boxes, gathered rows
     m.sq = {3, 3, 3};
@@ -447,8 +453,12 @@ TEST_CASE("every kernel runs head dims below its own with zero columns") {
   int const kernels = for_each_runnable_kernel([&](fa_kernel_config const& k, std::string const& name) {
     // 8 short of its own (a partial last 64-column block), and half-way down (a whole block of
     // zeros at d 128 and 256; at d 64 the smallest, 8).
+    // A kernel holding V in fewer columns (d 192 with 128 keys: 128) takes value head dims up to
+    // those.
+    int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
     for (int64_t d : {int64_t(k.d_head) - 8, k.d_head == 64 ? int64_t(8) : int64_t(k.d_head) / 2 + 8}) {
-      for (FeatureCase const& c : head_dim_cases(k.dtype, d)) {
+      for (FeatureCase c : head_dim_cases(k.dtype, d)) {
+        if (d > dv) c.head_dim_v = dv;
         FeatureData fd = fa_test::make_feature_data(c, ++seed);
         run_plan(gpu, fd, &k);
         check_result(fd, name + ", head_dim " + std::to_string(d));
@@ -545,7 +555,7 @@ TEST_CASE("a chunked prefill on pages of 64 or 256 gets a key block its pages ho
         fa_kernel_config_init(&k);
         REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
         whole |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim &&
-                 page % k.B_c == 0;
+                 page % k.B_c == 0 && fa_test::kernel_value_dim(gpu.ctx, k) == dim;
       }
       FeatureCase c;
       c.dtype = dtype;

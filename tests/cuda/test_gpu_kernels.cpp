@@ -17,11 +17,13 @@
 #include <sstream>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/reference.hpp"
+#include "cuda/kernel_value_dim.hpp"
 #include "flashattn.h"
 
 namespace {
@@ -111,18 +113,18 @@ std::string prepare(Checked& c, uint64_t seed) {
                            nullptr);
   fa_context_destroy(cpu);
   if (s != FA_STATUS_SUCCESS) return fa_last_error_detail();
-  c.ref_o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * p.head_dim), 0.0);
+  c.ref_o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * p.dim_v()), 0.0);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.seqlen_q; ++i)
       for (int64_t h = 0; h < p.heads_q; ++h)
-        for (int64_t d = 0; d < p.head_dim; ++d)
+        for (int64_t d = 0; d < p.dim_v(); ++d)
           c.ref_o[ref_o_index(p, b, i, h, d)] = out32[elem_index(p.o, b, i, h, d)];
   c.ref_lse.assign(lse32.begin(), lse32.end());
   c.naive_err = max_abs_diff(reference_same_precision(p, c.host.in.data()).o, c.ref_o);
   return "";
 }
 
-// The problems every kernel of (dtype, d) runs: every pair of lengths 1, 17, 64, 177, 1013, 1024
+// The problems every kernel of (dtype, d) with value head dim dv runs: every pair of lengths 1, 17, 64, 177, 1013, 1024
 // (so Sq != Sk both ways, tails of every size, and rows with no visible key under causal when
 // Sq > Sk), causal off and on, with GQA ratios 1, 2, 4, 8, batch 2 on the smaller ones, a
 // non-default scale now and then, and four layouts (packed, padded rows, [b, h, s, d], views of a
@@ -130,7 +132,7 @@ std::string prepare(Checked& c, uint64_t seed) {
 // FA_GPU_TEST_MAX_WORK=N keeps the problems with seqlen_q * seqlen_k <= N only (for slow runs
 // under compute-sanitizer; 200000 still has 1013 keys against 177 queries, several pipeline
 // wraps of every kernel).
-std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
+std::vector<Checked> problems_for(int dtype, int d, int dv, uint64_t seed) {
   int64_t const lengths[] = {1, 17, 64, 177, 1013, 1024};
   int const ratios[] = {1, 2, 4, 8};
   char const* max_work_env = std::getenv("FA_GPU_TEST_MAX_WORK");
@@ -149,7 +151,7 @@ std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
         int64_t const heads_q = heads_kv * ratios[index % 4];
         int64_t const batch = sq * sk <= 64 * 1024 ? 2 : 1;
         TestProblem p = make_problem(dtype, batch, sq, sk, heads_q, heads_kv, d, causal,
-                                     index % 5 == 0 ? 0.3f : 0.f);
+                                     index % 5 == 0 ? 0.3f : 0.f, dv == d ? 0 : dv);
         switch (index % 4) {
           case 1: layout_padded(p, 8); break;
           case 2: layout_heads_major(p); break;
@@ -164,11 +166,11 @@ std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
   // More query tiles than an H100 or H200 has SMs (132), so the blocks of a persistent kernel
   // each walk several: 160 one-block tiles, and 576 causal ones of which 384 see no key (rows
   // 0-255 of 300 against 17 keys) and must still be written, between tiles that do.
-  TestProblem many = make_problem(dtype, 40, 17, 177, 4, 2, d, false, 0.f);
+  TestProblem many = make_problem(dtype, 40, 17, 177, 4, 2, d, false, 0.f, dv == d ? 0 : dv);
   layout_padded(many, 8);
   out.push_back(Checked{many, {}, {}, {}, 0.0, nullptr});
-  out.push_back(Checked{make_problem(dtype, 24, 300, 17, 8, 2, d, true, 0.f), {}, {}, {}, 0.0,
-                        nullptr});
+  out.push_back(Checked{make_problem(dtype, 24, 300, 17, 8, 2, d, true, 0.f, dv == d ? 0 : dv),
+                        {}, {}, {}, 0.0, nullptr});
   // References are the slow part (naive attention in double): spread them over the cores.
   std::vector<std::string> errors(out.size());
   std::atomic<size_t> next{0};
@@ -188,18 +190,20 @@ std::vector<Checked> problems_for(int dtype, int d, uint64_t seed) {
   return out;
 }
 
-// problems_for(), computed once per (dtype, d) and shared by the test cases.
-std::vector<Checked>& problems(int dtype, int d) {
-  static std::map<std::pair<int, int>, std::vector<Checked>> cache;
-  auto key = std::make_pair(dtype, d);
-  if (!cache.count(key)) cache[key] = problems_for(dtype, d, g_seed + 1000 * dtype + d);
+// problems_for(), computed once per (dtype, d, dv) and shared by the test cases.
+std::vector<Checked>& problems(int dtype, int d, int dv) {
+  static std::map<std::tuple<int, int, int>, std::vector<Checked>> cache;
+  auto key = std::make_tuple(dtype, d, dv);
+  if (!cache.count(key)) cache[key] = problems_for(dtype, d, dv, g_seed + 1000 * dtype + d + dv);
   return cache[key];
 }
+std::vector<Checked>& problems(int dtype, int d) { return problems(dtype, d, d); }
 
 std::string describe(TestProblem const& p) {
   std::ostringstream os;
   os << "batch " << p.batch << ", Sq " << p.seqlen_q << ", Sk " << p.seqlen_k << ", heads "
-     << p.heads_q << "/" << p.heads_kv << ", d " << p.head_dim << (p.causal ? ", causal" : "")
+     << p.heads_q << "/" << p.heads_kv << ", d " << p.head_dim << ":" << p.dim_v()
+     << (p.causal ? ", causal" : "")
      << ", strides q (" << p.q.batch_stride << ", " << p.q.seq_stride << ", " << p.q.head_stride
      << ")";
   return os.str();
@@ -287,7 +291,7 @@ TEST_CASE("every registered kernel matches the CPU backend") {
   for (size_t i = 0; i < kernels.size(); i += step) {
     fa_kernel_config kc = kernels[i];
     std::string name = name_of(kc);
-    for (Checked& c : problems(kc.dtype, kc.d_head)) {
+    for (Checked& c : problems(kc.dtype, kc.d_head, fa_test::kernel_value_dim(g_ctx, kc))) {
       fa_config cfg = make_config(c.p);
       fa_plan_t* plan = nullptr;
       fa_status s = fa_plan_create_with_kernel(g_ctx, &cfg, &kc, &plan);
@@ -310,8 +314,12 @@ TEST_CASE("every registered kernel matches the CPU backend") {
 }
 
 TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured plan replays") {
+  struct Dims {
+    int d, dv;
+  };
   for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-    for (int d : {64, 128, 192, 256}) {
+    // 192 / 128: DeepSeek's prefill, the choice table's "192:128" rows.
+    for (auto [d, dv] : {Dims{64, 64}, Dims{128, 128}, Dims{192, 192}, Dims{192, 128}, Dims{256, 256}}) {
       fa_kernel_config probe;
       REQUIRE(fa_kernel_config_init(&probe) == FA_STATUS_SUCCESS);
       bool built = false;  // the build may leave this (dtype, head dim) out
@@ -320,7 +328,7 @@ TEST_CASE("fa_forward picks a kernel and matches the CPU backend; a captured pla
         built = probe.dtype == dtype && probe.d_head == d;
       }
       if (!built) continue;
-      for (Checked& c : problems(dtype, d)) {
+      for (Checked& c : problems(dtype, d, dv)) {
         TestProblem const& p = c.p;
         DeviceBuffers& dev = *c.dev;
         fa_config cfg = make_config(p);

@@ -3,6 +3,7 @@
 // dim between the table's takes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -61,6 +62,54 @@ TEST_SUITE("family") {
     int visited = 0;
     for_each_candidate(90, p, [&](KernelConfig const&) { ++visited; });
     CHECK(visited == 0);
+  }
+
+  TEST_CASE("a value head dim below the head dim takes the table's rows for it, and the head dim's fallback") {
+    // The rows of (sm_90, d 192, non-causal) for value head dims 128 and 192, and the fallbacks.
+    std::vector<ChoicePick> v128, v192, fallback;
+    for (ChoicePick const& pick : choice_picks()) {
+      if (pick.arch != 90 || pick.d_head != 192 || pick.causal) continue;
+      if (pick.fallback) {
+        fallback.push_back(pick);
+      } else {
+        (pick.d_head_v == 128 ? v128 : v192).push_back(pick);
+      }
+    }
+    REQUIRE(!v128.empty());
+    REQUIRE(!v192.empty());
+    REQUIRE(!fallback.empty());
+    for (ChoicePick const& pick : fallback) CHECK(pick.d_head_v == 192);
+    CHECK(table_value_dim(90, 192, 128, false) == 128);
+    CHECK(table_value_dim(90, 192, 120, false) == 128);
+    CHECK(table_value_dim(90, 192, 136, false) == 192);
+    CHECK(table_value_dim(90, 192, 128, true) == 192);
+    CHECK(table_value_dim(90, 192, 200, false) == 0);
+
+    auto first_row = [](std::vector<ChoicePick> const& rows) {
+      KernelConfig k = rows.front().config;
+      k.dtype = DType::kBF16;
+      return k;
+    };
+    Problem p = test::dense_problem(2, 128, 128, 32, 32, 192);  // shorter than every row
+    p.dtype = DType::kBF16;
+    CHECK(table_choice(90, p, false) == first_row(v192));
+    p.head_dim_v = 128;
+    CHECK(table_choice(90, p, false) == first_row(v128));
+    CHECK(table_choice(90, p, true) == first_row(fallback));
+    CHECK(table_picks_nearest(90, p).front() == first_row(v128));
+    p.head_dim = 176;  // the next head dim up, and its value dim's rows
+    p.head_dim_v = 96;
+    CHECK(table_choice(90, p, false) == first_row(v128));
+    std::vector<KernelConfig> candidates;
+    for_each_candidate(90, p, [&](KernelConfig const& k) { candidates.push_back(k); });
+    CHECK(!candidates.empty());
+    for (ChoiceCandidate const& c : choice_candidates()) {
+      if (c.arch != 90 || c.d_head != 192 || c.causal) continue;
+      KernelConfig k = c.config;
+      k.dtype = DType::kBF16;
+      bool const listed = std::find(candidates.begin(), candidates.end(), k) != candidates.end();
+      if (c.d_head_v == 128) CHECK(listed);
+    }
   }
 }
 

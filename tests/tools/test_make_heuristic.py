@@ -110,5 +110,34 @@ class KeepEarlier(unittest.TestCase):
         self.assertFalse(os.path.exists(self.out))
 
 
+class ValueHeadDim(unittest.TestCase):
+    def test_points_of_another_value_head_dim_get_their_own_rows(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep, out = os.path.join(tmp, "s.csv"), os.path.join(tmp, "t.txt")
+            with open(sweep, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["kernel", "dtype", "head_dim", "causal", "seqlen", "batch", "heads",
+                            "ms", "tflops", "head_dim_v"])
+                # At 192 / 192 the 112-key tile wins; at 192 / 128 the 128-key one. An mma.sync
+                # kernel timed at both is the fallback of 192 / 192 only (the choice takes those
+                # rows for 192 / 128 too).
+                for kernel, dv, tflops in [("192, 128, 112, 12): sm90+stages_2", 192, 500),
+                                           ("192, 128, 128, 12): sm90+stages_2", 192, 0.5),
+                                           ("192, 128, 64, 4): async", 192, 200),
+                                           ("192, 128, 112, 12): sm90+stages_2", 128, 400),
+                                           ("192, 128, 128, 12): sm90+stages_2", 128, 450),
+                                           ("192, 128, 64, 4): async", 128, 300)]:
+                    w.writerow([f"(BF16, {kernel}", "bf16", 192, 0, 512, 1, 1, 1.0, tflops, dv])
+            r = run_tool([sweep, "--arch", "90", "--candidates", "1", "--out", out])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                rows = [line.strip() for line in f if not line.startswith("#")]
+            self.assertEqual(rows, ["pick 192 0 512 | 192, 128, 112, 12): sm90+stages_2",
+                                    "fallback 192 0 512 | 192, 128, 64, 4): async",
+                                    "candidate 192 0 | 192, 128, 112, 12): sm90+stages_2",
+                                    "pick 192:128 0 512 | 192, 128, 128, 12): sm90+stages_2",
+                                    "candidate 192:128 0 | 192, 128, 128, 12): sm90+stages_2"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -23,13 +23,15 @@ def run_tool(args):
                           text=True)
 
 
-def write_pass(path, rows):
-    """rows: (kernel, seqlen, ms, tflops) at d 64, non-causal."""
+def write_pass(path, rows, value_dims=None):
+    """rows: (kernel, seqlen, ms, tflops) at d 64, non-causal; with value_dims, a head_dim_v
+    column holding value_dims[i] for row i."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(_HEADER)
-        for kernel, s, ms, tflops in rows:
-            w.writerow([kernel, "bf16", 64, 0, s, 16384 // s, 32, ms, tflops])
+        w.writerow(_HEADER + (["head_dim_v"] if value_dims else []))
+        for i, (kernel, s, ms, tflops) in enumerate(rows):
+            w.writerow([kernel, "bf16", 64, 0, s, 16384 // s, 32, ms, tflops] +
+                       ([value_dims[i]] if value_dims else []))
 
 
 class ShippedSweeps(unittest.TestCase):
@@ -101,6 +103,21 @@ class Merge(unittest.TestCase):
         write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 512, 0.4, 310.0)])
         write_pass(self.b, [("k1", 512, 0.5, 300.0)])
         self.assert_refused("twice")
+
+    def test_points_of_two_value_head_dims_stay_apart_and_keep_the_column(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0), ("k1", 512, 0.25, 600.0)], [64, 32])
+        write_pass(self.b, [("k1", 512, 0.25, 600.0), ("k1", 512, 0.75, 200.0)], [32, 64])
+        r = run_tool([self.a, self.b, "--out", self.out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([(x["head_dim_v"], x["ms"], x["tflops"]) for x in rows],
+                         [("64", "0.6250", "250.0"), ("32", "0.2500", "600.0")])
+
+    def test_passes_with_and_without_the_value_head_dim_are_refused(self):
+        write_pass(self.a, [("k1", 512, 0.5, 300.0)], [64])
+        write_pass(self.b, [("k1", 512, 0.5, 300.0)])
+        self.assert_refused("lacks the column head_dim_v")
 
     def test_one_pass_alone_is_refused(self):
         write_pass(self.a, [("k1", 512, 0.5, 300.0)])

@@ -74,7 +74,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   s.num_splits = splits;
   s.blocks = base * splits;
   // The key split is the general instantiation's.
-  s.general = needs_general(p, k.d_head, s.pack_gqa, splits) || s.key_split;
+  s.general = needs_general(p, k.d_head, k.d_head, s.pack_gqa, splits) || s.key_split;
   if (splits > 1) s.workspace_bytes = split_workspace_bytes(p, splits);
   return s;
 }

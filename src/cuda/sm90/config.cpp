@@ -27,8 +27,11 @@ std::string validate(KernelConfig const& c) {
                c.B_c, c.d_head, c.B_c * 3 / 4 + c.d_head / 2, rules::consumer_regs(c) - 24,
                c.n_warps);
   if (!rules::smem_ok(c))
-    return fmt("shared memory 1024 + (B_r + 2 * stages * B_c) * d_head * 2 + barriers = %lld "
-               "bytes exceeds %d", static_cast<long long>(smem_bytes(c)), kMaxSmemBytesAnyArch);
+    return fmt("shared memory 1024 + (B_r * d_head + stages * B_c * (d_head + v_cols)) * 2 + "
+               "barriers = %lld bytes exceeds %d (v_cols = %lld: d_head, or 128 where that "
+               "alone fits)",
+               static_cast<long long>(smem_bytes(c)), kMaxSmemBytesAnyArch,
+               static_cast<long long>(v_cols(c)));
   return {};
 }
 

@@ -14,13 +14,30 @@ namespace fa::cuda::sm90 {
 
 inline constexpr int32_t kId = FA_FAMILY_SM90;
 
-// The Q tile, `stages` K and V tiles, 1024 bytes to align them for the 128-byte swizzle, the
-// pipeline's mbarriers (Q full and empty, K and V full and empty per stage), and O's staging
-// buffer (B_r rows) at d 128 where it fits in 227 KiB (tile.cuh's Tile::kSmemBytes).
+// The pipeline without O's buffer: the Q tile, `stages` K tiles of d_head columns and V tiles
+// of `v_cols` columns, 1024 bytes to align them for the 128-byte swizzle, and the mbarriers (Q
+// full and empty, K and V full and empty per stage).
+constexpr int64_t pipe_bytes(KernelConfig const& c, int64_t v_cols) {
+  int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
+  return 1024 + q + int64_t(c.stages) * c.B_c * (c.d_head + v_cols) * dtype_size(c.dtype) +
+         8 * (2 + 4 * int64_t(c.stages));
+}
+
+// The columns of V (and O) a kernel holds: d_head, or 128 where d_head's V stages would not fit
+// in 227 KiB and 128 columns do. Such a kernel runs value head dims up to 128 only (family.cpp)
+// and is built for them: DeepSeek's 192 / 128 with 128 keys per block (FA3's tile for it), where
+// V padded to 192 columns leaves room for 112 keys at most (d 192, B_c 128: 241 KiB with V of
+// 192 columns, 209 KiB with 128).
+constexpr int64_t v_cols(KernelConfig const& c) {
+  if (pipe_bytes(c, c.d_head) <= kMaxSmemBytesAnyArch || c.d_head <= 128) return c.d_head;
+  return pipe_bytes(c, 128) <= kMaxSmemBytesAnyArch ? 128 : c.d_head;
+}
+
+// The pipeline and O's staging buffer (B_r rows) at d 128 where it fits in 227 KiB (tile.cuh's
+// Tile::kSmemBytes).
 constexpr int64_t smem_bytes(KernelConfig const& c) {
   int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
-  int64_t const pipe = 1024 + q + 2 * int64_t(c.stages) * c.B_c * c.d_head * dtype_size(c.dtype) +
-                       8 * (2 + 4 * int64_t(c.stages));
+  int64_t const pipe = pipe_bytes(c, v_cols(c));
   return pipe + (c.d_head == 128 && pipe + q <= kMaxSmemBytesAnyArch ? q : 0);
 }
 
@@ -30,17 +47,11 @@ constexpr int64_t smem_bytes(KernelConfig const& c) {
 // and V stages: two per tensor where they fit in 227 KiB, else one, B_c x d_head bytes each,
 // with a "full" and an "empty" mbarrier apiece.
 constexpr int64_t e4m3_slots(KernelConfig const& c) {
-  int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
-  int64_t const pipe = 1024 + q + 2 * int64_t(c.stages) * c.B_c * c.d_head * dtype_size(c.dtype) +
-                       8 * (2 + 4 * int64_t(c.stages));
   int64_t const slot = 2 * (int64_t(c.B_c) * c.d_head + 16);
-  return pipe + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
+  return pipe_bytes(c, v_cols(c)) + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
 }
 constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
-  int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
-  int64_t const pipe = 1024 + q + 2 * int64_t(c.stages) * c.B_c * c.d_head * dtype_size(c.dtype) +
-                       8 * (2 + 4 * int64_t(c.stages));
-  return pipe + e4m3_slots(c) * 2 * (int64_t(c.B_c) * c.d_head + 16);
+  return pipe_bytes(c, v_cols(c)) + e4m3_slots(c) * 2 * (int64_t(c.B_c) * c.d_head + 16);
 }
 
 namespace rules {
@@ -61,13 +72,13 @@ constexpr bool stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stag
 // Ping-pong alternates the wgmma issue of exactly two consumer warpgroups.
 constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
 // Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
-// (d_head / 2 floats) stay in registers, within the reallocated budget (240 with 2 consumer
+// (v_cols / 2 floats) stay in registers, within the reallocated budget (240 with 2 consumer
 // warpgroups, 160 with 3, 256 with 1) less 24 for addresses, row statistics and indices.
 constexpr int consumer_regs(KernelConfig const& c) {
   return c.n_warps == 8 ? 256 : c.n_warps == 12 ? 240 : 160;
 }
 constexpr bool registers_ok(KernelConfig const& c) {
-  return int64_t(c.B_c) * 3 / 4 + c.d_head / 2 <= consumer_regs(c) - 24;
+  return int64_t(c.B_c) * 3 / 4 + v_cols(c) / 2 <= consumer_regs(c) - 24;
 }
 constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
 

@@ -23,7 +23,7 @@ namespace fa::cuda::sm90 {
 // between).
 template <class T>
 __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const& sm, Work const& w,
-                                            float const (&o)[T::kD / 2], float const (&inv)[2],
+                                            float const (&o)[T::kDv / 2], float const (&inv)[2],
                                             int wg, int64_t wg_row) {
   using Elem = typename T::Elem;
   int const wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
@@ -31,14 +31,14 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   warpgroup_sync(wg);
   // Column block cb's 64 rows start at slab + cb * cb_bytes.
   uint8_t* const slab =
-      T::kOInQ ? sm.q_tile + wg * 64 * 128 : sm.o_tile + wg * (T::kD / 64) * 64 * 128;
+      T::kOInQ ? sm.q_tile + wg * 64 * 128 : sm.o_tile + wg * (T::kDv / 64) * 64 * 128;
   constexpr int cb_bytes = T::kOInQ ? T::kBr * 128 : 64 * 128;
   // stmatrix.x4: matrices (rows +0, columns 8j), (+8, 8j), (+0, 8j + 8), (+8, 8j + 8); lane t
   // addresses row t % 8 of matrix t / 8.
   int const m = lane / 8, row = 16 * warp + 8 * (m & 1) + lane % 8;
   uint32_t const row_base = smem_addr(slab) + row * 128;
 #pragma unroll
-  for (int j = 0; j < T::kD / 8; j += 2) {
+  for (int j = 0; j < T::kDv / 8; j += 2) {
     int const unit = j + (m >> 1);  // this lane's 8-column unit
     uint32_t const addr = row_base + (unit / 8) * cb_bytes + (((unit % 8) ^ (row % 8)) * 16);
     stmatrix_x4(addr, ptx::pack2<Elem>(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]),
@@ -50,7 +50,7 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   warpgroup_sync(wg);
   if (wtid == 0) {
 #pragma unroll
-    for (int cb = 0; cb < T::kD / 64; ++cb) {
+    for (int cb = 0; cb < T::kDv / 64; ++cb) {
       tma_store_4d(&params.o_map, slab + cb * cb_bytes, cb * 64, int(w.seq.q_first + wg_row),
                    w.head, w.map_batch);
     }
@@ -66,7 +66,7 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 template <class T, bool kGeneral>
 __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
-                                           float const (&o)[T::kD / 2], float const (&c)[2],
+                                           float const (&o)[T::kDv / 2], float const (&c)[2],
                                            int64_t row0, int64_t wg_row, int wg, int lane) {
   using Elem = typename T::Elem;
   ForwardParams const& p = params.p;
@@ -106,7 +106,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
       // quad's, and a head dim below the kernel's ends at a multiple of 8.
       float* dst = p.o_partial + (slot * p.heads_q + w.head) * int64_t(p.head_dim_v) + 2 * (lane % 4);
 #pragma unroll
-      for (int j = 0; j < T::kD / 8; ++j) {
+      for (int j = 0; j < T::kDv / 8; ++j) {
         if (8 * j >= p.head_dim_v) break;
         *reinterpret_cast<float2*>(dst + 8 * j) =
             make_float2(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
@@ -120,7 +120,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
       Elem* out = o_ptr + w.batch * p.o_batch_stride + (w.seq.q_first + row) * p.o_seq_stride +
                   w.head * p.o_head_stride;
 #pragma unroll
-      for (int j = 0; j < T::kD / 8; ++j) {
+      for (int j = 0; j < T::kDv / 8; ++j) {
         // Nothing past the caller's last column. Only the general instantiation runs a head dim
         // below the kernel's (needs_general): a compare per chunk in the plain one cost d 256
         // 28-36 bytes more spills and 1.4%, d 64 causal 512-1024 2-5% (H200).

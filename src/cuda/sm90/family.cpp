@@ -42,6 +42,12 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
   }
   if (std::string why = head_dim_below(k, p, "sm90"); !why.empty()) return why;
   if (std::string why = value_dim_differs(p, "sm90"); !why.empty()) return why;
+  // A kernel holding V in 128 columns (config.hpp's v_cols: d 192 with 128 keys).
+  if (p.head_dim_v > v_cols(k)) {
+    return "head_dim_v = " + std::to_string(p.head_dim_v) + ": this kernel holds V and O in " +
+           std::to_string(v_cols(k)) + " columns (its V stages of d_head = " +
+           std::to_string(k.d_head) + " columns would not fit in shared memory)";
+  }
   // A box past the pool reads page num_pages (zeros), an int32 TMA coordinate.
   if (p.layout == Layout::kPagedKv && p.num_pages >= (int64_t(1) << 31) - 1) {
     return "num_pages of 2^31 - 1 or more (TMA's limit)";
@@ -86,7 +92,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   // need the general one (as the mma.sync family's does). Splits do (the partials' epilogue).
   Problem dense_cache = p;
   if (dense_cache.layout == Layout::kPagedKv) dense_cache.layout = Layout::kKvCache;
-  s.general = needs_general(dense_cache, k.d_head, false, s.num_splits);
+  s.general = needs_general(dense_cache, k.d_head, int(v_cols(k)), false, s.num_splits);
   if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
   return s;
 }

@@ -24,10 +24,11 @@ namespace fa::cuda::sm90 {
 // d 96 (Phi-3) on a d 128 kernel, 6 of 8 k16 steps of S = Q K^T and 96 of 128 columns of
 // O += P V, and a value head dim of 128 (DeepSeek's 192 / 128) on a d 192 kernel, 128 of 192
 // columns. They run as a third instantiation (kNarrow: the general one's features too), so
-// that the plain and general kernels keep their code and registers.
+// that the plain and general kernels keep their code and registers. (A d 192 kernel that holds
+// V in 128 columns, Tile::kDv, runs 192 / 128 in its own instantiations.)
 template <class T>
 struct Narrow {
-  static constexpr bool kBuilt = T::kD == 128 || T::kD == 192;
+  static constexpr bool kBuilt = (T::kD == 128 || T::kD == 192) && T::kDv == T::kD;
   static constexpr int kQkSteps = T::kD == 128 ? 6 : T::kD / 16;
   static constexpr int kVCols = T::kD == 128 ? 96 : 128;
   static constexpr bool fits(int64_t head_dim, int64_t head_dim_v) {
@@ -102,9 +103,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
                     1.4426950408889634f;
     }
 
-    float o[T::kD / 2];
+    float o[T::kDv / 2];
 #pragma unroll
-    for (int i = 0; i < T::kD / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < T::kDv / 2; ++i) o[i] = 0.f;
     OnlineSoftmax<T> softmax;
     if (w.n_blocks > 0) {
       mbar_wait(sm.q_full, q_round & 1);
@@ -151,12 +152,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks,
                                                                     lane, turns, o, step);
     } else {
-      consume_tile<T, T::kD / 16, T::kD, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
+      consume_tile<T, T::kD / 16, T::kDv, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
     }
     pipe += w.n_blocks;
     if constexpr (kE4M3) {
 #pragma unroll
-      for (int i = 0; i < T::kD / 2; ++i) o[i] *= v_descale;
+      for (int i = 0; i < T::kDv / 2; ++i) o[i] *= v_descale;
     }
     store_tile<T, kGeneral>(params, sm, w, softmax, o, tile_c, row0,
                             int64_t(w.m_block) * T::kBr + wg * 64, wg, lane);

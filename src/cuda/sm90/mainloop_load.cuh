@@ -66,7 +66,9 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   using Elem = typename T::Elem;
   // 16-byte chunks of a row per pass, kGroups passes over the block's columns.
   constexpr int kChunks = gather_row_chunks<T>();
-  constexpr int kGroups = T::kD / 8 / kChunks;
+  constexpr int kGroups = T::kD / 8 / kChunks;     // K's
+  constexpr int kVGroups = T::kDv / 8 / kChunks;  // V's (Tile::kDv columns)
+  static_assert(T::kDv % (8 * kChunks) == 0, "gather: V's columns in whole passes");
   // Adjacent chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
   // or 1 (2 at d 128 with 176 keys and d 192 with 96, 1 at d 192 with 112). The copies of one
   // row share its page look-up, shuffle and address: with one chunk per thread, a copy took
@@ -120,11 +122,11 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
   // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
-  // from the pages in `pg` and `rw` (the lanes' look-ups of block n). A chunk at or past `cols`
-  // (the tensor's head dim: below the kernel's in the general instantiation only,
-  // needs_general) is zero-filled, never read (family.cpp).
+  // from the pages in `pg` and `rw` (the lanes' look-ups of block n), `groups` passes of kChunks
+  // columns. A chunk at or past `cols` (the tensor's head dim: below the kernel's in the general
+  // instantiation only, needs_general) is zero-filled, never read (family.cpp).
   auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
-                    int const(&pg)[kSlots], int const(&rw)[kSlots], int cols) {
+                    int const(&pg)[kSlots], int const(&rw)[kSlots], int cols, int groups) {
     dst += uint32_t(r0) * 128;
     // Each lane turns its rows' pages into element offsets once per block (-1: past the keys),
     // so a pass shuffles two words and adds, rather than multiplying 64-bit strides per copy
@@ -137,7 +139,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     // Not unrolled: d 192's three groups unrolled kept three sets of addresses live in the
     // producer's 24 registers (ptxas: 348-412 bytes of spills at 112 keys, 100-160 rolled).
 #pragma unroll 1
-    for (int g = 0; g < kGroups; ++g) {
+    for (int g = 0; g < groups; ++g) {
       auto pass = [&](int i) {
         // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
         // slot (i * kWarpRows) / 32 (selected, not indexed: a rolled loop would put off[] in
@@ -187,7 +189,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     }
     mbar_wait(&sm.k_empty[s], phase ^ 1);
     gather(k_base, p.k_batch_stride, p.k_seq_stride,
-           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row, p.head_dim);
+           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row, p.head_dim, kGroups);
     // The next block's pages load while this block's copies run and the V stage frees.
     if (it + 1 < w.n_blocks) look_up(n - 1);
     if (pending_v >= 0) {
@@ -196,7 +198,8 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
     gather(v_base, p.v_batch_stride, p.v_seq_stride,
-           smem_addr(sm.v_tiles + s * T::kKVBytes) + col, cur_page, cur_row, p.head_dim_v);
+           smem_addr(sm.v_tiles + s * T::kVBytes) + col, cur_page, cur_row, p.head_dim_v,
+           kVGroups);
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
     pending_v = s;
@@ -286,6 +289,7 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
   static_assert(kPassRows % 8 == 0 && T::kBc % kPassRows == 0, "e4m3: whole passes");
   // Block it + 1 loads into the e4m3 stages block it - 1 freed: two of them.
   static_assert(T::kE4M3Slots == 2, "e4m3: a block converting while the next one loads");
+  static_assert(T::kDv == T::kD, "e4m3: V converted in K's row layout");
   ForwardParams const& p = params.p;
   int const lane = ptid % 32;
   bool const leader = ptid == 0, loader = ptid < 32;
@@ -391,7 +395,7 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       mbar_arrive(&sm.k8_empty[j]);
       mbar_wait(&sm.v8_full[j], phase8);
       mbar_wait(&sm.v_empty[s], phase ^ 1);
-      convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kKVBytes, keys);
+      convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kVBytes, keys);
       fence_proxy_async_shared();
       mbar_arrive(&sm.v_full[s]);
       mbar_arrive(&sm.v8_empty[j]);
@@ -426,21 +430,23 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
     // This lane's box of key block n in a paged cache (box_of).
     int page = 0, row = 0;
     auto look_up = [&](int n) { box_of<T>(p, w, n, lane, box, page, row); };
-    // Key block n of K or V into stage s: kD / 64 column blocks of kBc rows x 128 bytes.
-    auto load_kv = [&](CUtensorMap const* map, uint8_t* tiles, uint64_t* full, uint64_t* empty,
-                       int s, uint32_t phase, int n) {
+    // Key block n of K (kCols = kD) or V (kDv) into stage s: kCols / 64 column blocks of kBc rows
+    // x 128 bytes.
+    auto load_kv = [&]<int kCols>(CUtensorMap const* map, uint8_t* tiles, uint64_t* full,
+                                  uint64_t* empty, int s, uint32_t phase, int n) {
+      constexpr int kBytes = T::kBc * kCols * 2;
       mbar_wait(&empty[s], phase ^ 1);
-      if (leader) mbar_arrive_expect_tx(&full[s], T::kKVBytes);
-      uint8_t* dst = tiles + s * T::kKVBytes;
+      if (leader) mbar_arrive_expect_tx(&full[s], kBytes);
+      uint8_t* dst = tiles + s * kBytes;
       if (paged) {
         if (lane * box < T::kBc) {
-          for (int cb = 0; cb < T::kD / 64; ++cb) {
+          for (int cb = 0; cb < kCols / 64; ++cb) {
             tma_load_4d(dst + (cb * T::kBc + lane * box) * 128, map, &full[s], cb * 64, row,
                         kv_head, page);
           }
         }
       } else if (leader) {
-        for (int cb = 0; cb < T::kD / 64; ++cb) {
+        for (int cb = 0; cb < kCols / 64; ++cb) {
           tma_load_4d(dst + cb * T::kBc * 128, map, &full[s], cb * 64,
                       int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
         }
@@ -453,8 +459,10 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       int const n = w.n_begin + w.n_blocks - 1 - it;
       int const s = int(pipe % T::kStages);
       uint32_t const phase = (pipe / T::kStages) & 1;
-      load_kv(&params.k_map, sm.k_tiles, sm.k_full, sm.k_empty, s, phase, n);
-      load_kv(&params.v_map, sm.v_tiles, sm.v_full, sm.v_empty, s, phase, n);
+      load_kv.template operator()<T::kD>(&params.k_map, sm.k_tiles, sm.k_full, sm.k_empty, s,
+                                          phase, n);
+      load_kv.template operator()<T::kDv>(&params.v_map, sm.v_tiles, sm.v_full, sm.v_empty, s,
+                                           phase, n);
       if (paged && it + 1 < w.n_blocks) look_up(n - 1);
     }
   });

@@ -109,7 +109,7 @@ struct Slot {
 // Stepped at d 192 too: 0.9999x there (0.990-1.014; docs/performance.md), so d 192 is not.
 //
 // kQkSteps and kVCols: the k16 steps of S = Q K^T and the columns of O += P V that the problem's
-// head dims need, T::kD / 16 and T::kD but in the narrow instantiation (kernel.cuh's Narrow),
+// head dims need, T::kD / 16 and T::kDv but in the narrow instantiation (kernel.cuh's Narrow),
 // whose Q, K and V columns past them are zeros. Compile-time: a runtime bound inside the unrolled
 // loops made ptxas fence every wgmma (C7519, 126 times in one file) and spill in the consumers.
 //
@@ -118,8 +118,8 @@ struct Slot {
 template <class T, int kQkSteps, int kVCols, DType kMma, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
-                                             float (&o)[T::kD / 2], Softmax&& softmax) {
-  static_assert(kQkSteps <= T::kD / 16 && kVCols <= T::kD && kVCols % 16 == 0, "narrower dims");
+                                             float (&o)[T::kDv / 2], Softmax&& softmax) {
+  static_assert(kQkSteps <= T::kD / 16 && kVCols <= T::kDv && kVCols % 16 == 0, "narrower dims");
   constexpr bool kStepped = Slot<T>::kStepped;
   // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
@@ -142,7 +142,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   };
   // Issues O += P V for the key block in `slot` (committed, not waited for).
   auto issue_pv = [&](Slot<T> slot, uint32_t const(&pk)[T::kBc / 4]) {
-    uint32_t const v_base = smem_addr(sm.v_tiles) + slot.stage * T::kKVBytes;
+    uint32_t const v_base = smem_addr(sm.v_tiles) + slot.stage * T::kVBytes;
     uint64_t const vd = make_desc_sw128(v_base, T::kBc * 128, 1024);
     mbar_wait(&sm.v_full[slot.stage], slot.phase);
     // O's rescaling and P's packing are finished before wgmma.fence orders them for the tensor

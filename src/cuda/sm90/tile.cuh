@@ -69,8 +69,13 @@ struct Tile {
   static constexpr int kQBytes = kBr * kD * 2;
   static constexpr int kKVBytes = kBc * kD * 2;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
-  static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes + 2 * kStages * kKVBytes +
-                                    kBarrierBytes;
+  // The columns of V and O: kD, or 128 where V's stages of kD columns would not fit (config.hpp's
+  // v_cols: d 192 with 128 keys, a kernel for value head dims up to 128).
+  static constexpr int kDv =
+      1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= 227 * 1024 || kD <= 128 ? kD : 128;
+  static constexpr int kVBytes = kBc * kDv * 2;
+  static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes +
+                                    kStages * (kKVBytes + kVBytes) + kBarrierBytes;
   // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
@@ -81,6 +86,7 @@ struct Tile {
   // its own Q rows, read by no wgmma once its last Q K^T is waited on); a persistent block's
   // producer loads the next tile's Q there, so it stores O by the threads.
   static constexpr bool kOInQ = kOBytes == 0 && kD >= 192 && !kPersistent;
+  static_assert(kDv <= kD, "O's columns fit in the Q tile's");
   static constexpr bool kOStaged = kOBytes > 0 || kOInQ;
   // An e4m3 cache's layout (config.hpp's e4m3_smem_bytes): no O buffer, and after the 16-bit
   // stages kE4M3Slots e4m3 stages of K, then of V (kE4M3Bytes each: B_c rows of kD bytes, as
@@ -116,8 +122,8 @@ struct Tile {
                 "the e4m3 instantiation's registers fit the block's launch allocation");
 };
 
-// The block's shared memory: the Q tile, kStages K and V stages, O's staging buffer (kOBytes,
-// possibly none), then the pipeline's mbarriers.
+// The block's shared memory: the Q tile, kStages K stages (kD columns) and V stages (kDv), O's
+// staging buffer (kOBytes, possibly none), then the pipeline's mbarriers.
 // Key blocks pass through the stages in one sequence over all of a block's tiles: the pipe-th
 // block (counted by both sides) uses stage pipe % kStages in phase (pipe / kStages) & 1, and the
 // q-th tile with keys uses the Q buffer in phase q & 1.
@@ -127,7 +133,7 @@ struct Smem {
   uint8_t* q_tile;
   uint8_t* k_tiles;
   uint8_t* v_tiles;
-  uint8_t* o_tile;  // [kBr / 64 warpgroups][kD / 64 column blocks][64 rows][128 bytes], swizzled
+  uint8_t* o_tile;  // [kBr / 64 warpgroups][kDv / 64 column blocks][64 rows][128 bytes], swizzled
   uint8_t* k8_tiles;  // kE4M3Slots each, e4m3 caches only: [B_c rows][kD bytes]
   uint8_t* v8_tiles;
   uint64_t* q_full;
@@ -146,7 +152,7 @@ struct Smem {
     q_tile = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     k_tiles = q_tile + T::kQBytes;
     v_tiles = k_tiles + T::kStages * T::kKVBytes;
-    o_tile = v_tiles + T::kStages * T::kKVBytes;
+    o_tile = v_tiles + T::kStages * T::kVBytes;
     k8_tiles = o_tile;
     v8_tiles = k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(

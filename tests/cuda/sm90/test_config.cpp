@@ -37,6 +37,17 @@ static_assert(smem_bytes(KernelConfig{DType::kBF16, 64, 128, 128, 12, false, fal
                                       0, false, false, kId, 2}) == 83024);
 static_assert(!rules::own(KernelConfig{DType::kBF16, 128, 128, 128, 12, false, false, false, 0, 0,
                                        0, false, false, kId, 5}));
+// V's columns: d_head where its stages fit (d 192 with 112 keys: 1024 + (128 + 2 * 2 * 112) *
+// 192 * 2 + 80 = 222288), else 128 where they fit so (d 192 with 128 keys: 1024 + 128 * 192 * 2 +
+// 2 * 128 * (192 + 128) * 2 + 80 = 214096, where 192 columns would take 246864).
+constexpr KernelConfig kD192{DType::kBF16, 192, 128, 112, 12, false, false, false, 0, 0, 0, false,
+                             false, kId, 2};
+constexpr KernelConfig kD192V128{DType::kBF16, 192, 128, 128, 12, false, false, false, 0, 0, 0,
+                                 false, false, kId, 2};
+static_assert(v_cols(kD192) == 192 && smem_bytes(kD192) == 222288);
+static_assert(v_cols(kD192V128) == 128 && smem_bytes(kD192V128) == 214096 &&
+              pipe_bytes(kD192V128, 192) == 246864 && rules::own(kD192V128));
+static_assert(v_cols(kBase) == 128);
 
 TEST_SUITE("family") {
   TEST_CASE("sm90 config rules: each accepts its good side and rejects its bad side") {
@@ -80,8 +91,12 @@ TEST_SUITE("family") {
     }
     SUBCASE("shared memory within 227 KiB") {
       check_invalid(base_with([](KernelConfig& c) { c.stages = 4; }),
-                    "shared memory 1024 + (B_r + 2 * stages * B_c) * d_head * 2 + barriers = "
-                    "296080 bytes exceeds 232448");
+                    "shared memory 1024 + (B_r * d_head + stages * B_c * (d_head + v_cols)) * 2 "
+                    "+ barriers = 296080 bytes exceeds 232448 (v_cols = 128: d_head, or 128 where "
+                    "that alone fits)");
+      // d 192 with 128 keys holds V in 128 columns; with 144 neither layout fits.
+      check_valid(kD192V128);
+      check_invalid(test::with(kD192, [](KernelConfig& c) { c.B_c = 144; }), "v_cols = 192");
     }
   }
 

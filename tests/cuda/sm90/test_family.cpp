@@ -129,6 +129,41 @@ TEST_SUITE("family") {
     }
   }
 
+  TEST_CASE("sm90: a d 192 kernel of 128 keys holds V in 128 columns and runs value head dims up to 128") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig const v128 = test::sm90_kernel(128, false, 192);
+    KernelConfig const full = test::sm90_kernel(112, false, 192);
+    REQUIRE(sm90::v_cols(v128) == 128);
+    REQUIRE(sm90::v_cols(full) == 192);
+    Problem p = test::dense_problem(2, 1000, 1000, 16, 4, 192);
+    p.head_dim_v = 128;
+    CHECK(f.cannot_run(v128, p).empty());
+    CHECK(f.cannot_run(full, p).empty());
+    KernelEntry entry{v128, nullptr, nullptr, nullptr, nullptr};
+    Device const device = test::device_with(&entry, 1);
+    CHECK_FALSE(f.schedule(device, entry, p, false).general);  // at its own dims: plain
+    for (int64_t dv : {8, 64, 120}) {
+      Problem q = p;
+      q.head_dim_v = dv;
+      CHECK_MESSAGE(f.cannot_run(v128, q).empty(), "head_dim_v ", dv);
+      CHECK_MESSAGE(f.schedule(device, entry, q, false).general, "head_dim_v ", dv);
+    }
+    Problem paged = p;  // gathered rows: V's two 64-column passes
+    paged.layout = Layout::kPagedKv;
+    paged.page_size = 3;
+    paged.max_pages_per_seq = 400;
+    paged.num_pages = 800;
+    CHECK(f.cannot_run(v128, paged).empty());
+    for (int64_t dv : {136, 192}) {
+      Problem q = p;
+      q.head_dim_v = dv;
+      std::string const why = f.cannot_run(v128, q);
+      CHECK_MESSAGE(why.find("head_dim_v = " + std::to_string(dv) + ": this kernel holds V and O "
+                             "in 128 columns") != std::string::npos, why);
+      CHECK(f.cannot_run(full, q).empty());
+    }
+  }
+
   TEST_CASE("sm90: e4m3 caches run on the fp8 tiles at d 64 and 128 in TMA boxes; e4m3 queries nowhere") {
     KernelFamily const& f = sm90::kFamily;
     KernelConfig const tile = test::sm90_kernel(128, true);  // stages 2, overlap, persistent
