@@ -72,10 +72,12 @@ constexpr bool stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stag
 // Ping-pong alternates the wgmma issue of exactly two consumer warpgroups.
 constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
 // Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
-// (v_cols / 2 floats) stay in registers, within the reallocated budget (240 with 2 consumer
-// warpgroups, 160 with 3, 256 with 1) less 24 for addresses, row statistics and indices.
+// (v_cols / 2 floats) stay in registers, within the reallocated budget (with 2 consumer
+// warpgroups 232 up to d 192 and 240 at d 256 or with V in fewer columns than d_head, 160 with 3,
+// 256 with 1: tile.cuh's kConsumerRegs) less 24 for addresses, row statistics and indices.
 constexpr int consumer_regs(KernelConfig const& c) {
-  return c.n_warps == 8 ? 256 : c.n_warps == 12 ? 240 : 160;
+  if (c.n_warps != 12) return c.n_warps == 8 ? 256 : 160;
+  return c.d_head <= 192 && v_cols(c) == c.d_head ? 232 : 240;
 }
 constexpr bool registers_ok(KernelConfig const& c) {
   return int64_t(c.B_c) * 3 / 4 + v_cols(c) / 2 <= consumer_regs(c) - 24;

@@ -141,6 +141,8 @@ void register_kernel(Registry& registry) {
   static_assert(C.family == kId && fa::rules::common_ok(C) && rules::own(C), "a valid sm90 config");
   static_assert(smem_bytes(C) == TileOf<C>::kSmemBytes, "config.hpp's smem_bytes() is the tile's");
   static_assert(v_cols(C) == TileOf<C>::kDv, "config.hpp's v_cols() is the tile's");
+  static_assert(rules::consumer_regs(C) == TileOf<C>::kConsumerRegs,
+                "config.hpp's consumer_regs() is the tile's");
   static_assert(e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes, "config.hpp's e4m3 layout");
   registry.emplace(C, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>,
                                   &kernel_occupancy<C>, &launch_kernel<C>});

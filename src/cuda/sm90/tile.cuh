@@ -97,9 +97,18 @@ struct Tile {
   static constexpr int kE4M3Slots = kPipeBytes + 2 * (2 * kE4M3Bytes + 32) <= 227 * 1024 ? 2 : 1;
   static constexpr int kE4M3SmemBytes = kPipeBytes + kE4M3Slots * (2 * kE4M3Bytes + 32);
   // Registers per thread after reallocation: the producer warpgroup gives its share to the
-  // consumers (128 * 24 + 256 * 240 = 64512 of 65536 with two consumers).
-  static constexpr int kProducerRegs = kConsumers == 1 ? 56 : kConsumers == 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kConsumers == 1 ? 256 : kConsumers == 2 ? 240 : 160;
+  // consumers. With two consumers, 40 / 232 up to d 192 (128 * 40 + 256 * 232 = 64512 of 65536;
+  // setmaxnreg takes multiples of 8): at FA3's 24 / 240 those kernels of the default build
+  // spilled 32-268 bytes (ptxas, bf16), mostly the producer's TMA issue and tile decoding, at
+  // 40 / 232 0-164 (d 192: 0-16); speed 1.0015x (d 64), 0.9987x (d 128), 1.0012x (d 192) on an
+  // H200 (docs/performance.md). 24 / 240 at d 256, whose consumers hold 128 floats of O and
+  // spilled at 232 (0.994x), and for the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x
+  // at 512-2048 keys with 40 / 232.
+  static constexpr bool kWideProducer = kConsumers == 2 && kD <= 192 && kDv == kD;
+  static constexpr int kProducerRegs =
+      kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
+  static constexpr int kConsumerRegs =
+      kConsumers == 1 ? 256 : kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;
   // An e4m3 cache's producer converts as well as loads: 40 registers, the consumers 232 (with
   // two: 128 * 40 + 256 * 232 = 64512, the same allocation). At 24 / 240 ptxas spilled 120-184
   // bytes in the conversion; at 40 / 232, 56 / 48 (the general bf16 kernel itself: 60 / 88).
