@@ -141,8 +141,9 @@ def kernel_names(args, dtype):
            "--causal", ",".join(map(str, args.causal)),
            "--seqlens", ",".join(map(str, args.seqlens))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return {(int(r["head_dim"]), int(r["head_dim_v"]), int(r["causal"]), int(r["seqlen"])):
-            r["kernel"] for r in csv.DictReader(io.StringIO(out))}
+    # An older bench writes no head_dim_v column (its head dims are equal).
+    return {(int(r["head_dim"]), int(r.get("head_dim_v") or r["head_dim"]), int(r["causal"]),
+             int(r["seqlen"])): r["kernel"] for r in csv.DictReader(io.StringIO(out))}
 
 
 def table(gpu, dtype, rows, names, window_ms, repeats):

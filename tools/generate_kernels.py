@@ -236,8 +236,9 @@ def decode_configs(dtype, d_head):
 
 def sm90_configs(dtype, d_head):
     """The Hopper family's base tiles, which the tuning set varies (the default build has the
-    sm90 kernels the choice table names): two consumer warpgroups (B_r = 128, the register split
-    24 / 240 that FA3 uses for d <= 256) with the most keys per stage that keep the S, P and O
+    sm90 kernels the choice table names): two consumer warpgroups (B_r = 128; registers split
+    40 / 232 up to d 192 and 24 / 240, FA3's, at d 256: src/cuda/sm90/tile.cuh) with the most
+    keys per stage that keep the S, P and O
     accumulators in registers and two K/V stages in shared memory (d 64 and 128: 128 keys; d 192:
     112 keys, 217 KiB, FA3's tile; d 256: 64 keys, 193 KiB), and a three-stage pipeline where it
     fits (d 64 and 128)."""

@@ -4,7 +4,7 @@
     python3 tools/make_heuristic.py docs/data/sweep-h200-bf16.csv [later.csv ...] --arch 90 \
         --out src/cuda/heuristic_sm90.txt
 
-Several sweeps may be given: a later one's (head dim, causal) pairs replace every point of
+Several sweeps may be given: a later one's (head dims, causal) pairs replace every point of
 those pairs in the earlier ones (a re-run of some pairs with newer code). A sweep's head_dim_v
 column (flashattn_bench --head-dims 192:128) keys its points apart from those of head_dim_v =
 head_dim: their rows name the head dims "192:128", and the choice takes them for problems with
@@ -17,7 +17,7 @@ picks for that pair timed slower through the choice than the sweep predicted (sw
 For each (head dim, causal, sequence length) of the sweep the fastest kernel becomes the pick for
 sequences up to that length, and, where that is an sm90 kernel, the fastest mma.sync kernel the
 fallback (for devices or builds without the sm90 family, and problems it does not run); per
-(head dim, causal) the --candidates kernels with the best geometric mean over the lengths are
+(head dims, causal) the --candidates kernels with the best geometric mean over the lengths are
 kept as extra autotuning candidates. The output is a plain table that tools/generate_kernels.py
 reads: it compiles every kernel named there into the default build and emits the table as the
 library's choice. Times within --tie (relative; 0.02 by default, the value the shipped sm_90
@@ -74,13 +74,14 @@ def main():
              f"# with --tie {args.tie} --candidates {args.candidates}"
              + "".join(f" --keep-earlier {d}:{c}" for d, c in sorted(keep))
              + " (a later sweep's",
-             "# (head_dim, causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
+             "# (head_dims, causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
              "#   pick <head_dim>[:<head_dim_v>] <causal> <max_seqlen> | <config without dtype>",
              "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
-             "#     (head_dim, causal) also serves longer sequences)",
+             "#     (head_dims, causal) also serves longer sequences)",
              "#   fallback <head_dim> <causal> <max_seqlen> | <config>: the mma.sync kernel where",
-             "#     the pick is of the sm90 family and cannot run",
-             "#   candidate <head_dim> <causal> | <config>: also built, also timed by fa_autotune()"]
+             "#     the pick is of the sm90 family and cannot run (head_dim_v = head_dim only)",
+             "#   candidate <head_dim>[:<head_dim_v>] <causal> | <config>: also built, also timed",
+             "#     by fa_autotune()"]
 
     def rows(kind, d, dv, causal, seqlens, keep):
         previous, out = None, []

@@ -15,10 +15,12 @@ int64_t table_head_dim(int table, int64_t head_dim) {
   return best;
 }
 
-int64_t table_value_dim(int table, int64_t d_head, int64_t head_dim_v, bool fallback) {
+int64_t table_value_dim(int table, int64_t d_head, bool causal, int64_t head_dim_v,
+                        bool fallback) {
   int64_t best = 0;
   for (ChoicePick const& pick : choice_picks()) {
-    if (pick.arch == table && pick.d_head == d_head && pick.fallback == fallback &&
+    if (pick.arch == table && pick.d_head == d_head && pick.causal == causal &&
+        pick.fallback == fallback &&
         pick.d_head_v >= head_dim_v && (best == 0 || pick.d_head_v < best)) {
       best = pick.d_head_v;
     }
@@ -41,7 +43,7 @@ int nearest_table_arch(int arch) {
 std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback) {
   int const table = nearest_table_arch(arch);
   int64_t const d_head = table_head_dim(table, p.head_dim);
-  int64_t const d_head_v = table_value_dim(table, d_head, p.head_dim_v, fallback);
+  int64_t const d_head_v = table_value_dim(table, d_head, p.causal, p.head_dim_v, fallback);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   ChoicePick const* chosen = nullptr;
   for (ChoicePick const& pick : choice_picks()) {
@@ -62,7 +64,7 @@ std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallba
 std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p) {
   int const table = nearest_table_arch(arch);
   int64_t const d_head = table_head_dim(table, p.head_dim);
-  int64_t const d_head_v = table_value_dim(table, d_head, p.head_dim_v, false);
+  int64_t const d_head_v = table_value_dim(table, d_head, p.causal, p.head_dim_v, false);
   int64_t const length = std::max(p.seqlen_q, p.seqlen_k);
   std::vector<KernelConfig> rows;
   size_t covering = 0;

@@ -52,11 +52,12 @@ void for_each_candidate(int arch, Problem const& p, Visit&& visit);
 // columns; 0 when every row's is below.
 int64_t table_head_dim(int table, int64_t head_dim);
 
-// The value head dim of the table's rows (of `table`, `d_head` and kind: picks, or `fallback`
-// rows) that a problem's `head_dim_v` takes: the smallest at or above it (a kernel with more V
-// columns reads zeros past it); 0 when there is none. A table measured on 192 / 128 problems
-// has "192:128" rows, which such problems take, and "192" ones, which 192 / 192 problems take.
-int64_t table_value_dim(int table, int64_t d_head, int64_t head_dim_v, bool fallback);
+// The value head dim of the table's rows (of `table`, `d_head`, `causal` and kind: picks, or
+// `fallback` rows) that a problem's `head_dim_v` takes: the smallest at or above it (a kernel
+// with more V columns reads zeros past it); 0 when there is none. A table measured on 192 / 128
+// problems has "192:128" rows, which such problems take, and "192" ones, which 192 / 192
+// problems take.
+int64_t table_value_dim(int table, int64_t d_head, bool causal, int64_t head_dim_v, bool fallback);
 
 int nearest_table_arch(int arch);
 
@@ -64,7 +65,7 @@ template <class Visit>
 void for_each_candidate(int arch, Problem const& p, Visit&& visit) {
   int const table = nearest_table_arch(arch);
   int64_t const d_head = table_head_dim(table, p.head_dim);
-  int64_t const d_head_v = table_value_dim(table, d_head, p.head_dim_v, false);
+  int64_t const d_head_v = table_value_dim(table, d_head, p.causal, p.head_dim_v, false);
   for (ChoiceCandidate const& c : choice_candidates()) {
     if (c.arch == table && c.d_head == d_head && c.d_head_v == d_head_v && c.causal == p.causal) {
       KernelConfig k = c.config;

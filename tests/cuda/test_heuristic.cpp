@@ -9,6 +9,7 @@
 
 #include "cuda/family_cases.hpp"
 #include "cuda/heuristic.hpp"
+#include "cuda/sm90/config.hpp"
 
 namespace fa::cuda {
 
@@ -64,6 +65,24 @@ TEST_SUITE("family") {
     CHECK(visited == 0);
   }
 
+  TEST_CASE("every sm90 row's kernel holds the value head dim its row serves") {
+    // A kernel holding V in 128 columns in a "192" row would send every 192 / 192 problem to the
+    // fallback; one in a "192:128" row must run 128.
+    int sm90_rows = 0;
+    for (ChoicePick const& pick : choice_picks()) {
+      if (pick.config.family != FA_FAMILY_SM90) continue;
+      INFO("d " << pick.d_head << ":" << pick.d_head_v << ", causal " << pick.causal << ", up to "
+                << pick.max_seqlen);
+      CHECK(sm90::v_cols(pick.config) >= pick.d_head_v);
+      if (pick.d_head_v == pick.d_head) CHECK(sm90::v_cols(pick.config) == pick.d_head);
+      ++sm90_rows;
+    }
+    CHECK(sm90_rows > 0);
+    for (ChoiceCandidate const& c : choice_candidates()) {
+      if (c.config.family == FA_FAMILY_SM90) CHECK(sm90::v_cols(c.config) >= c.d_head_v);
+    }
+  }
+
   TEST_CASE("a value head dim below the head dim takes the table's rows for it, and the head dim's fallback") {
     // The rows of (sm_90, d 192, non-causal) for value head dims 128 and 192, and the fallbacks.
     std::vector<ChoicePick> v128, v192, fallback;
@@ -79,11 +98,12 @@ TEST_SUITE("family") {
     REQUIRE(!v192.empty());
     REQUIRE(!fallback.empty());
     for (ChoicePick const& pick : fallback) CHECK(pick.d_head_v == 192);
-    CHECK(table_value_dim(90, 192, 128, false) == 128);
-    CHECK(table_value_dim(90, 192, 120, false) == 128);
-    CHECK(table_value_dim(90, 192, 136, false) == 192);
-    CHECK(table_value_dim(90, 192, 128, true) == 192);
-    CHECK(table_value_dim(90, 192, 200, false) == 0);
+    CHECK(table_value_dim(90, 192, false, 128, false) == 128);
+    CHECK(table_value_dim(90, 192, false, 120, false) == 128);
+    CHECK(table_value_dim(90, 192, false, 136, false) == 192);
+    CHECK(table_value_dim(90, 192, false, 128, true) == 192);
+    CHECK(table_value_dim(90, 192, false, 200, false) == 0);
+    CHECK(table_value_dim(90, 256, false, 128, false) == 256);  // no 256:128 rows
 
     auto first_row = [](std::vector<ChoicePick> const& rows) {
       KernelConfig k = rows.front().config;
@@ -108,7 +128,8 @@ TEST_SUITE("family") {
       KernelConfig k = c.config;
       k.dtype = DType::kBF16;
       bool const listed = std::find(candidates.begin(), candidates.end(), k) != candidates.end();
-      if (c.d_head_v == 128) CHECK(listed);
+      // The 192:128 rows' candidates, and none of the 192 rows' (the two lists do not overlap).
+      CHECK(listed == (c.d_head_v == 128));
     }
   }
 }

@@ -22,10 +22,10 @@ std::string validate(KernelConfig const& c) {
   if (!rules::pingpong_ok(c))
     return fmt("pingpong needs two consumer warpgroups (n_warps = 12), not n_warps = %d", c.n_warps);
   if (!rules::registers_ok(c))
-    return fmt("B_c = %d and d_head = %d need %d accumulator registers per thread (3 B_c / 4 + "
-               "d_head / 2), over the %d of a consumer with n_warps = %d",
-               c.B_c, c.d_head, c.B_c * 3 / 4 + c.d_head / 2, rules::consumer_regs(c) - 24,
-               c.n_warps);
+    return fmt("B_c = %d and d_head = %d need %lld accumulator registers per thread (3 B_c / 4 + "
+               "v_cols / 2, v_cols = %lld), over the %d of a consumer with n_warps = %d",
+               c.B_c, c.d_head, static_cast<long long>(c.B_c * 3 / 4 + v_cols(c) / 2),
+               static_cast<long long>(v_cols(c)), rules::consumer_regs(c) - 24, c.n_warps);
   if (!rules::smem_ok(c))
     return fmt("shared memory 1024 + (B_r * d_head + stages * B_c * (d_head + v_cols)) * 2 + "
                "barriers = %lld bytes exceeds %d (v_cols = %lld: d_head, or 128 where that "

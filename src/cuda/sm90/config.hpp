@@ -23,13 +23,14 @@ constexpr int64_t pipe_bytes(KernelConfig const& c, int64_t v_cols) {
          8 * (2 + 4 * int64_t(c.stages));
 }
 
-// The columns of V (and O) a kernel holds: d_head, or 128 where d_head's V stages would not fit
-// in 227 KiB and 128 columns do. Such a kernel runs value head dims up to 128 only (family.cpp)
-// and is built for them: DeepSeek's 192 / 128 with 128 keys per block (FA3's tile for it), where
-// V padded to 192 columns leaves room for 112 keys at most (d 192, B_c 128: 241 KiB with V of
-// 192 columns, 209 KiB with 128).
+// The columns of V (and O) a kernel holds: d_head, or at d 192 128 where V's stages of 192
+// columns would not fit in 227 KiB and 128 columns do. Such a kernel runs value head dims up to
+// 128 only (family.cpp) and is built for them: DeepSeek's 192 / 128 with 128 keys per block
+// (FA3's tile for it), where V padded to 192 columns leaves room for 112 keys at most (B_c 128:
+// 241 KiB with V of 192 columns, 209 KiB with 128). Not at d 256: its gather copies whole
+// 256-column rows per pass (mainloop_load.cuh), and no 256 / 128 model asks for it.
 constexpr int64_t v_cols(KernelConfig const& c) {
-  if (pipe_bytes(c, c.d_head) <= kMaxSmemBytesAnyArch || c.d_head <= 128) return c.d_head;
+  if (c.d_head != 192 || pipe_bytes(c, c.d_head) <= kMaxSmemBytesAnyArch) return c.d_head;
   return pipe_bytes(c, 128) <= kMaxSmemBytesAnyArch ? 128 : c.d_head;
 }
 
@@ -72,12 +73,15 @@ constexpr bool stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stag
 // Ping-pong alternates the wgmma issue of exactly two consumer warpgroups.
 constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
 // Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
-// (v_cols / 2 floats) stay in registers, within the reallocated budget (with 2 consumer
-// warpgroups 232 up to d 192 and 240 at d 256 or with V in fewer columns than d_head, 160 with 3,
-// 256 with 1: tile.cuh's kConsumerRegs) less 24 for addresses, row statistics and indices.
+// (v_cols / 2 floats) stay in registers, within the reallocated budget less 24 for addresses,
+// row statistics and indices: with 2 consumer warpgroups 232 up to d 192 where those take 200 or
+// fewer, else 240 (d 256, V in fewer columns than d_head, d 128 with 192 keys); 160 with 3, 256
+// with 1 (tile.cuh's kConsumerRegs).
 constexpr int consumer_regs(KernelConfig const& c) {
   if (c.n_warps != 12) return c.n_warps == 8 ? 256 : 160;
-  return c.d_head <= 192 && v_cols(c) == c.d_head ? 232 : 240;
+  bool const wide_producer = c.d_head <= 192 && v_cols(c) == c.d_head &&
+                             int64_t(c.B_c) * 3 / 4 + v_cols(c) / 2 <= 200;
+  return wide_producer ? 232 : 240;
 }
 constexpr bool registers_ok(KernelConfig const& c) {
   return int64_t(c.B_c) * 3 / 4 + v_cols(c) / 2 <= consumer_regs(c) - 24;

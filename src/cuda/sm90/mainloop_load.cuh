@@ -72,7 +72,8 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   // Adjacent chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
   // or 1 (2 at d 128 with 176 keys and d 192 with 96, 1 at d 192 with 112). The copies of one
   // row share its page look-up, shuffle and address: with one chunk per thread, a copy took
-  // about 16 instructions in a dependent chain on the producer's 24 registers, and the
+  // about 16 instructions in a dependent chain on the producer's 24 registers (then its
+  // allocation at every head dim; 40 up to d 192 since, tile.cuh), and the
   // consumers waited on K for 14% of their samples (ncu, H200, page 1, 4 x 512 against 8k,
   // d 128: 0.59x the contiguous time).
   constexpr int kPerThread = gather_chunks_per_thread<T>();
@@ -115,9 +116,10 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   // This thread's row at pass i is r0 + i * kRowsPerPass, so its destination advances by a
   // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out, the
   // compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes and
-  // spilling them to local memory under the producer's 24 registers (ptxas did, 152 bytes: one
-  // local load per pass in the loop). Chunk j of the thread's kPerThread sits at unit + j, whose
-  // swizzled place is the first's XOR j (unit is a multiple of kPerThread, a power of two).
+  // spilling them to local memory under the producer's 24 registers of then (ptxas did, 152
+  // bytes: one local load per pass in the loop). Chunk j of the thread's kPerThread sits at
+  // unit + j, whose swizzled place is the first's XOR j (unit is a multiple of kPerThread, a
+  // power of two).
   int const r0 = warp * kWarpRows + sub;
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
@@ -137,7 +139,8 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
       off[slot] = pg[slot] >= 0 ? pg[slot] * page_stride + rw[slot] * row_stride : -1;
     }
     // Not unrolled: d 192's three groups unrolled kept three sets of addresses live in the
-    // producer's 24 registers (ptxas: 348-412 bytes of spills at 112 keys, 100-160 rolled).
+    // producer's 24 registers of then (ptxas: 348-412 bytes of spills at 112 keys, 100-160
+    // rolled).
 #pragma unroll 1
     for (int g = 0; g < groups; ++g) {
       auto pass = [&](int i) {
@@ -159,8 +162,9 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
         }
       };
       // Several chunks per thread: passes in a loop, so the copies of one pass are in flight
-      // before the next pass's look-up, on the producer's 24 registers (unrolled, ptxas hoisted
-      // the passes' shuffles and spilled 204-504 bytes in the d 128 kernels, from 60-384).
+      // before the next pass's look-up, on the producer's 24 registers of then (unrolled, ptxas
+      // hoisted the passes' shuffles and spilled 204-504 bytes in the d 128 kernels, from
+      // 60-384).
       if constexpr (kPerThread > 1) {
 #pragma unroll 1
         for (int i = 0; i < kPasses; ++i) pass(i);

@@ -45,7 +45,7 @@ struct OnlineSoftmax {
   // a tile, then rarely (standard-normal scores peak near 2.6 over 128 keys and 4.1 over 16k,
   // 2.2 apart in log2 units). The LSE and the final division use the maximum the sums were
   // taken against, so the result is the same up to rounding. Rescaling O every block cost
-  // kD / 2 FMULs per thread between a block's P V and the next one's issue (128 at d 256).
+  // kDv / 2 FMULs per thread between a block's P V and the next one's issue (128 at d 256).
   static constexpr float kStaleLog2 = 8.f;
 
   // Masks the scores of the key block starting at key0 and turns them into unnormalised

@@ -64,15 +64,16 @@ struct Tile {
   static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBr = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Shared memory: tiles stored as kD / 64 column blocks of rows x 128 bytes (the SWIZZLE_128B
-  // atom is 8 rows x 128 bytes, so every block starts 1024-byte aligned).
+  // Shared memory: tiles stored as 64-column blocks of rows x 128 bytes, kD / 64 of them (V's:
+  // kDv / 64) (the SWIZZLE_128B atom is 8 rows x 128 bytes, so every block starts 1024-byte
+  // aligned).
   static constexpr int kQBytes = kBr * kD * 2;
   static constexpr int kKVBytes = kBc * kD * 2;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
-  // The columns of V and O: kD, or 128 where V's stages of kD columns would not fit (config.hpp's
-  // v_cols: d 192 with 128 keys, a kernel for value head dims up to 128).
+  // The columns of V and O: kD, or at d 192 128 where V's stages of kD columns would not fit
+  // (config.hpp's v_cols: 128 keys, a kernel for value head dims up to 128).
   static constexpr int kDv =
-      1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= 227 * 1024 || kD <= 128 ? kD : 128;
+      kD != 192 || 1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= 227 * 1024 ? kD : 128;
   static constexpr int kVBytes = kBc * kDv * 2;
   static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes +
                                     kStages * (kKVBytes + kVBytes) + kBarrierBytes;
@@ -102,9 +103,11 @@ struct Tile {
   // spilled 32-268 bytes (ptxas, bf16), mostly the producer's TMA issue and tile decoding, at
   // 40 / 232 0-164 (d 192: 0-16); speed 1.0015x (d 64), 0.9987x (d 128), 1.0012x (d 192) on an
   // H200 (docs/performance.md). 24 / 240 at d 256, whose consumers hold 128 floats of O and
-  // spilled at 232 (0.994x), and for the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x
-  // at 512-2048 keys with 40 / 232.
-  static constexpr bool kWideProducer = kConsumers == 2 && kD <= 192 && kDv == kD;
+  // spilled at 232 (0.994x); for the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x
+  // at 512-2048 keys with 40 / 232; and where S, P and O take more than 200 of 232 (d 128 with
+  // 192 keys: 208, the rule's limit, and ptxas serialized its wgmmas, C7512).
+  static constexpr bool kWideProducer =
+      kConsumers == 2 && kD <= 192 && kDv == kD && kBc * 3 / 4 + kDv / 2 <= 200;
   static constexpr int kProducerRegs =
       kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
   static constexpr int kConsumerRegs =

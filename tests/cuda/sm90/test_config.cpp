@@ -47,7 +47,22 @@ constexpr KernelConfig kD192V128{DType::kBF16, 192, 128, 128, 12, false, false, 
 static_assert(v_cols(kD192) == 192 && smem_bytes(kD192) == 222288);
 static_assert(v_cols(kD192V128) == 128 && smem_bytes(kD192V128) == 214096 &&
               pipe_bytes(kD192V128, 192) == 246864 && rules::own(kD192V128));
-static_assert(v_cols(kBase) == 128);
+static_assert(v_cols(KernelConfig{DType::kBF16, 64, 128, 128, 12, false, false, false, 0, 0, 0,
+                                  false, false, kId, 2}) == 64);
+// Not at d 256: 96 keys would fit with V in 128 columns (1024 + 128 * 256 * 2 + 2 * 96 * 384 * 2
+// + 80 = 214096) but stay 256 wide, over 227 KiB.
+constexpr KernelConfig kD256B96{DType::kBF16, 256, 128, 96, 12, false, false, false, 0, 0, 0,
+                                false, false, kId, 2};
+static_assert(v_cols(kD256B96) == 256 && pipe_bytes(kD256B96, 128) == 214096 &&
+              !rules::own(kD256B96));
+// Consumers get 232 registers where S, P and O take 200 or fewer of them (d 128 with 128 keys:
+// 96 + 64), else 240 (d 128 with 192 keys: 144 + 64 = 208; d 256; the V-128 tile).
+static_assert(rules::consumer_regs(kBase) == 232 && rules::consumer_regs(kD192) == 232);
+static_assert(rules::consumer_regs(KernelConfig{DType::kBF16, 128, 128, 192, 12, false, false,
+                                                false, 0, 0, 0, false, false, kId, 2}) == 240);
+static_assert(rules::consumer_regs(kD192V128) == 240 && rules::consumer_regs(kD256B96) == 240);
+static_assert(rules::own(KernelConfig{DType::kBF16, 64, 128, 240, 12, false, false, false, 0, 0,
+                                      0, false, false, kId, 2}));
 
 TEST_SUITE("family") {
   TEST_CASE("sm90 config rules: each accepts its good side and rejects its bad side") {
