@@ -659,7 +659,11 @@ typedef struct fa_kernel_config {
  *    rows gathered by the producer warpgroup otherwise) and split-KV (num_splits > 1, the
  *    partials merged by the shared combine kernel; since 0.3.0). Strides of 2^39 elements or
  *    more (TMA's limit) and page pools of 2^31 - 1 pages or more run on the mma.sync family,
- *    and a plan pinned to an sm90 kernel refuses them with FA_STATUS_KERNEL_NOT_AVAILABLE. */
+ *    and a plan pinned to an sm90 kernel refuses them with FA_STATUS_KERNEL_NOT_AVAILABLE.
+ *    A d_head 192 kernel whose K and V stages of 192 columns would not fit in shared memory
+ *    (B_c = 128) holds V and O in 128 columns: it runs head_dim_v up to 128 only (DeepSeek's
+ *    192 / 128, which the built-in choice sends there) and a plan pinned to it refuses a wider
+ *    one with FA_STATUS_KERNEL_NOT_AVAILABLE (since 0.3.0). */
 typedef enum fa_kernel_family {
   FA_FAMILY_MMA_SYNC = 0,
   FA_FAMILY_SM90 = 1
