@@ -63,17 +63,19 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   if (tid < 128) {
     // Producer warpgroup: one warp issues the TMA copies, the whole warpgroup gathers a paged
     // cache's rows, or converts an e4m3 cache's (mainloop_load.cuh).
+    regs_dealloc<T::kProducerRegs>();
     if constexpr (kE4M3) {
-      regs_dealloc<T::kE4M3ProducerRegs>();
+      // The producer converts as well as loads: at 24 registers ptxas spilled 120-184 bytes in
+      // the conversion, at 40 (every tile that reads e4m3 has them: tile.cuh) 56 / 48.
+      static_assert(T::kWideProducer, "e4m3: the converting producer's 40 registers");
       load_convert_e4m3<T>(params, sm, sched, tid);
     } else {
-      regs_dealloc<T::kProducerRegs>();
       load_tiles<T, kGeneral>(params, sm, sched, tid);
     }
     return;
   }
 
-  regs_alloc<kE4M3 ? T::kE4M3ConsumerRegs : T::kConsumerRegs>();
+  regs_alloc<T::kConsumerRegs>();
   // The consumer warpgroup; at d 64 and 128 through a shuffle, so the compiler knows it is
   // warp-uniform and builds the Q tile's stepped wgmma descriptors in uniform registers (no
   // per-block 64-bit adds and moves on the vector pipe). With the softmax overlap

@@ -112,11 +112,6 @@ struct Tile {
       kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
   static constexpr int kConsumerRegs =
       kConsumers == 1 ? 256 : kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;
-  // An e4m3 cache's producer converts as well as loads: 40 registers, the consumers 232 (with
-  // two: 128 * 40 + 256 * 232 = 64512, the same allocation). At 24 / 240 ptxas spilled 120-184
-  // bytes in the conversion; at 40 / 232, 56 / 48 (the general bf16 kernel itself: 60 / 88).
-  static constexpr int kE4M3ProducerRegs = kConsumers == 2 ? 40 : kProducerRegs;
-  static constexpr int kE4M3ConsumerRegs = kConsumers == 2 ? 232 : kConsumerRegs;
 
   static_assert(kD % 64 == 0 && kD <= 256, "head_dim in 64-column swizzle blocks");
   static_assert(kBc % 16 == 0 && kBc <= 256, "keys per block: a k16 step of P V at a time");
@@ -129,9 +124,6 @@ struct Tile {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <=
                     kThreads * (65536 / kThreads / 8 * 8 < 256 ? 65536 / kThreads / 8 * 8 : 256),
                 "producer and consumer registers fit the block's launch allocation");
-  static_assert(128 * (kE4M3ProducerRegs + kConsumers * kE4M3ConsumerRegs) <=
-                    kThreads * (65536 / kThreads / 8 * 8 < 256 ? 65536 / kThreads / 8 * 8 : 256),
-                "the e4m3 instantiation's registers fit the block's launch allocation");
 };
 
 // The block's shared memory: the Q tile, kStages K stages (kD columns) and V stages (kDv), O's
