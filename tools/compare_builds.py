@@ -1,17 +1,32 @@
 #!/usr/bin/env python3
-"""Times two builds of libflashattn on the FlashAttention-paper grid in one run, back to back.
+"""Times two builds of libflashattn in one run, back to back: the FlashAttention-paper grid, or
+(--serving) chunked prefill and decode on contiguous and paged caches.
 
     python3 tools/compare_builds.py --bench build/bench/flashattn_bench \\
         --base .deps/before --out results/ [--rounds 2] [--window-ms 200] [--dtype bf16] \\
         [--head-dims 64,128,256]  (192:128: value head dim 128)
+    python3 tools/compare_builds.py --serving --bench build/bench/decode_bench \\
+        --base .deps/before --out results/ [--rounds 2] [--pages 0,1,16,64] [--iters 2]
 
 One benchmark binary times its own build's library and the one in --base (a directory holding
 libflashattn.so.0, loaded through LD_LIBRARY_PATH; the binary's DT_RUNPATH lets that win). Each
-pass times the whole grid with one build; passes go base, this, this, base, ... (a linear clock
-drift over the run falls on both alike); each timing launches the built-in choice back to back
-for --window-ms.
-Prints each point's TFLOP/s per build, their ratio (this / base) and the geometric mean, and
-writes compare.csv to --out. A check that a change leaves speed alone (e.g. a refactor).
+pass times every point with one build; passes go base, this, this, base, ... (a linear clock
+drift over the run falls on both alike).
+
+Grid: each timing launches the built-in choice back to back for --window-ms; prints each
+point's TFLOP/s per build, their ratio (this / base) and the geometric mean, and writes
+compare.csv to --out.
+
+--serving: `decode_bench decode` (bf16, 32/8 heads, causal where sq > 1, the built-in choice
+with the workspace its plan asks, shuffled page tables) at issue 16's chunked-prefill shapes (d
+128: 4 x 512 against 8k and 32k, 4 x 2048 against 16k, 16 x 256 against 8k, 1 x 4096 against
+32k; d 64 and 256: 4 x 512 against 16k) and decode steps (d 128, sq 1: batch 1, 8 and 64 against
+8k and 64k), each at every --pages size (0: contiguous); each point is the median of --iters
+windows of >= 200 ms. Prints each point's microseconds per build, the speed ratio (base time /
+this time), each build's paged / contiguous speed, the geometric mean per kind, and writes
+compare-serving.csv to --out.
+
+A check that a change leaves speed alone (e.g. a refactor), or how much it moves it.
 """
 import argparse
 import csv
@@ -23,6 +38,10 @@ import sys
 from bench_report import geomean
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+# --serving: (d, batches, sq, kv lens), one decode_bench call each.
+SERVING = [(128, "4", 512, "8192,32768"), (128, "4", 2048, "16384"), (128, "16", 256, "8192"),
+           (128, "1", 4096, "32768"), (64, "4", 512, "16384"), (256, "4", 512, "16384"),
+           (128, "1,8,64", 1, "8192,65536")]
 
 
 def run(args, lib):
@@ -42,6 +61,59 @@ def run(args, lib):
     return points
 
 
+def run_serving(args, lib):
+    """One pass over the serving points with the library in `lib` ("": the binary's own):
+    {(d, batch, sq, kv_len, page): (us, kernel)}."""
+    env = dict(os.environ)
+    if lib:
+        env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    points = {}
+    for d, batches, sq, kv_lens in SERVING:
+        cmd = [args.bench, "decode", "--head-dim", str(d), "--batches", batches, "--sq", str(sq),
+               "--kv-lens", kv_lens, "--pages", args.pages, "--iters", str(args.iters)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        for r in csv.DictReader(io.StringIO(out)):
+            key = (d, int(r["batch"]), int(r["sq"]), int(r["kv_len"]), int(r["page"]))
+            points[key] = (float(r["us"]), r["kernel"])
+    return points
+
+
+def serving(args):
+    """--serving: both builds at every serving point; prints and writes compare-serving.csv."""
+    passes = {"base": [], "this": []}
+    for r in range(args.rounds):
+        for name in (("base", "this") if r % 2 == 0 else ("this", "base")):
+            passes[name].append(run_serving(args, args.base if name == "base" else ""))
+    mean = {name: {key: sum(p[key][0] for p in runs) / len(runs) for key in runs[0]}
+            for name, runs in passes.items()}
+    rows, ratios = [], {"prefill": [], "decode": []}
+    print(f"{'d':>4} {'batch':>5} {'sq':>5} {'kv':>6} {'page':>4} {'base us':>9} {'this us':>9} "
+          f"{'speed':>6} {'paged/contig base':>17} {'this':>6}  kernel (this)")
+    for key in sorted(mean["this"]):
+        b, t = mean["base"][key], mean["this"][key]
+        contig = key[:4] + (0,)
+        # A build's paged speed over its contiguous speed (time ratio), where both were run.
+        rel = {n: mean[n][contig] / mean[n][key] if contig in mean[n] and key[4] else None
+               for n in ("base", "this")}
+        ratios["prefill" if key[2] > 1 else "decode"].append(b / t)
+        fmt = lambda x: f"{x:.3f}" if x else ""
+        rows.append([*key, f"{b:.2f}", f"{t:.2f}", f"{b / t:.3f}", fmt(rel["base"]),
+                     fmt(rel["this"]), passes["base"][0][key][1], passes["this"][0][key][1]])
+        print(f"{key[0]:>4} {key[1]:>5} {key[2]:>5} {key[3]:>6} {key[4]:>4} {b:>9.2f} {t:>9.2f} "
+              f"{b / t:>6.3f} {fmt(rel['base']):>17} {fmt(rel['this']):>6}  "
+              f"{passes['this'][0][key][1]}", flush=True)
+    for kind, xs in ratios.items():
+        if xs:
+            print(f"Geometric mean speed (this / base), {kind}: {geomean(xs):.4f}; "
+                  f"min {min(xs):.3f}, max {max(xs):.3f}")
+    with open(os.path.join(args.out, "compare-serving.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["head_dim", "batch", "sq", "kv_len", "page", "base_us", "this_us", "speed",
+                    "base_paged_over_contiguous", "this_paged_over_contiguous", "base_kernel",
+                    "this_kernel"])
+        w.writerows(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", required=True)
@@ -52,14 +124,23 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--head-dims", default="64,128,256",
                     help="the bench's --head-dims (D or D:DV, comma-separated)")
+    ap.add_argument("--serving", action="store_true",
+                    help="--bench is decode_bench: chunked prefill and decode points")
+    ap.add_argument("--pages", default="0,1,16,64", help="--serving: page sizes (0: contiguous)")
+    ap.add_argument("--iters", type=int, default=2, help="--serving: windows per point")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(args.base, "libflashattn.so.0")):
         sys.exit(f"compare_builds.py: no libflashattn.so.0 in {args.base}")
+    if args.rounds < 1:
+        sys.exit("compare_builds.py: --rounds must be at least 1")
+    os.makedirs(args.out, exist_ok=True)
+    if args.serving:
+        serving(args)
+        return
     header = subprocess.run([args.bench, "--head-dims", "64", "--causal", "0", "--seqlens", "512",
                              "--window-ms", "1"], check=True, capture_output=True, text=True,
                             env=dict(os.environ, LD_LIBRARY_PATH=args.base)).stdout.splitlines()[0]
     print("base:", header)
-    os.makedirs(args.out, exist_ok=True)
     passes = {"base": [], "this": []}
     for r in range(args.rounds):
         for name in (("base", "this") if r % 2 == 0 else ("this", "base")):

@@ -6,7 +6,8 @@
 #        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
 #        sm90_paged_synccheck python_gpu rust_device
-#        compare before_after sweep autotune decode decode_paged decode_spec decode_fp8
+#        compare before_after serving_before_after sweep autotune decode decode_paged decode_spec
+#        decode_fp8
 #        chunked_prefill varlen copy python_overhead
 # (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
 # are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
@@ -21,6 +22,9 @@
 # back on the paper grid (tools/compare_builds.py): that library is .deps/before/libflashattn.so.0,
 # or, where only its sources are there (.deps/before-src, e.g. `git archive COMMIT | tar -x -C
 # .deps/before-src`), it is built beside this one (build-before/) by the build step.
+# serving_before_after does the same for chunked prefill and decode on contiguous and paged
+# caches (tools/compare_builds.py --serving, this build's decode_bench; FA_SERVING_PAGES, default
+# "0,1,16,64").
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 # FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
@@ -30,7 +34,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after serving_before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -163,6 +167,9 @@ base=.deps/before
 if [ -f "$base/libflashattn.so.0" ]; then
   step before_after python3 tools/compare_builds.py --bench "$build/bench/flashattn_bench" \
     --base "$base" --out "$out/before-after"
+  step serving_before_after python3 tools/compare_builds.py --serving \
+    --bench "$build/bench/decode_bench" --base "$base" --out "$out/before-after" \
+    --pages "${FA_SERVING_PAGES:-0,1,16,64}"
 fi
 # Every registered kernel of both families on the grid: the data the choice table comes from.
 step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --window-ms 30 > '$out/sweep-bf16.csv'"
@@ -188,7 +195,7 @@ step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
 grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
-for f in ring_example ring_py ring_nccl ring_nccl_py before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
+for f in ring_example ring_py ring_nccl ring_nccl_py before_after serving_before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
   [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }
 done
 tail -n 12 "$logs/autotune.log" 2>/dev/null

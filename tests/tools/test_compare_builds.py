@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""tools/compare_builds.py against a stand-in benchmark (no GPU): both modes time each build in
+the order base, this, this, base, average its passes per point, report this / base as a speed
+(the grid's TFLOP/s ratio, --serving's base time over this time) and, with --serving, each
+build's paged over contiguous speed."""
+
+import csv
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+_TOOL = os.path.join(_ROOT, "tools", "compare_builds.py")
+
+# The stand-in: which build it runs is the first LD_LIBRARY_PATH entry (the base directory, or
+# none for the binary's own library); each call is logged. Figures depend on the build, the pass
+# (a counter file) and the point, so averaging and ratios are checked against known values.
+_FAKE = textwrap.dedent('''\
+    #!{python}
+    import os, sys
+    base = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)[0] == {base!r}
+    log = {log!r}
+    args = sys.argv[1:]
+    if args[0] == "decode" or "--csv" in args:
+        n = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+        with open(log, "a") as f:
+            f.write(("base" if base else "this") + " " + " ".join(args) + "\\n")
+    else:
+        n = 0
+    def opt(name):
+        return args[args.index(name) + 1]
+    if args[0] == "decode":
+        print("kv_dtype,batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us")
+        for page in map(int, opt("--pages").split(",")):
+            for b in map(int, opt("--batches").split(",")):
+                for kv in map(int, opt("--kv-lens").split(",")):
+                    # base: 100 us contiguous, 125 paged; this: 80 and 88; +2 us on odd calls
+                    us = (125.0 if page else 100.0) if base else (88.0 if page else 80.0)
+                    us += 2.0 * (n % 2)
+                    print(f'bf16,{{b}},{{kv}},{{opt("--sq")}},{{page}},1,"k{{opt("--head-dim")}}",{{us}},1,1,1')
+    elif "--csv" in args:
+        print("kernel,head_dim,head_dim_v,causal,seqlen,tflops")
+        for d in opt("--head-dims").split(","):
+            for c in opt("--causal").split(","):
+                for s in opt("--seqlens").split(","):
+                    t = 400.0 if base else 500.0
+                    print(f'"k",{{d}},{{d}},{{c}},{{s}},{{t + 10.0 * (n % 2)}}')
+    else:
+        print("GPU: stand-in")
+''')
+
+
+class CompareBuilds(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        self.base = os.path.join(d, "before")
+        os.makedirs(self.base)
+        open(os.path.join(self.base, "libflashattn.so.0"), "w").close()
+        self.log = os.path.join(d, "calls.log")
+        self.bench = os.path.join(d, "bench")
+        with open(self.bench, "w") as f:
+            f.write(_FAKE.format(python=sys.executable, base=self.base, log=self.log))
+        os.chmod(self.bench, os.stat(self.bench).st_mode | stat.S_IXUSR)
+        self.out = os.path.join(d, "out")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_tool(self, *extra):
+        r = subprocess.run([sys.executable, _TOOL, "--bench", self.bench, "--base", self.base,
+                            "--out", self.out, *extra], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def builds_in_order(self):
+        with open(self.log) as f:
+            return [line.split()[0] for line in f]
+
+    def test_serving_points_speeds_and_paged_over_contiguous(self):
+        stdout = self.run_tool("--serving", "--rounds", "2", "--pages", "0,16")
+        calls = self.builds_in_order()
+        per_pass = len(calls) // 4
+        self.assertEqual(len(calls), 4 * per_pass)
+        self.assertEqual(calls, ["base"] * per_pass + ["this"] * (2 * per_pass) +
+                         ["base"] * per_pass)
+        with open(os.path.join(self.out, "compare-serving.csv")) as f:
+            rows = list(csv.DictReader(f))
+        # 7 calls: six prefill shapes (two kv lens in the first) and decode at 3 x 2; two pages.
+        self.assertEqual(len(rows), (7 + 6) * 2)
+        for r in rows:
+            paged = r["page"] == "16"
+            # Each build's passes alternate +0 / +2 us within a pass's calls: the mean adds 1.
+            b, t = (126.0, 89.0) if paged else (101.0, 81.0)
+            self.assertAlmostEqual(float(r["base_us"]), b, places=2)
+            self.assertAlmostEqual(float(r["this_us"]), t, places=2)
+            self.assertAlmostEqual(float(r["speed"]), round(b / t, 3), places=3)
+            if paged:
+                self.assertAlmostEqual(float(r["base_paged_over_contiguous"]), 101.0 / 126.0,
+                                       places=3)
+                self.assertAlmostEqual(float(r["this_paged_over_contiguous"]), 81.0 / 89.0,
+                                       places=3)
+            else:
+                self.assertEqual(r["base_paged_over_contiguous"], "")
+            self.assertEqual(r["this_kernel"], "k" + r["head_dim"])
+        prefill = [r for r in rows if r["sq"] != "1"]
+        self.assertEqual({r["head_dim"] for r in prefill}, {"64", "128", "256"})
+        self.assertIn("Geometric mean speed (this / base), prefill:", stdout)
+        self.assertIn("Geometric mean speed (this / base), decode:", stdout)
+
+    def test_grid_ratios_average_both_passes(self):
+        self.run_tool("--rounds", "2", "--head-dims", "64,192:128")
+        self.assertEqual(self.builds_in_order(), ["base", "this", "this", "base"])
+        with open(os.path.join(self.out, "compare.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 2 * 2 * 6)
+        for r in rows:
+            # base passes are calls 0 and 3 (+0 and +10), this passes 1 and 2 (+10 and +0).
+            self.assertAlmostEqual(float(r["base_tflops"]), 405.0)
+            self.assertAlmostEqual(float(r["this_tflops"]), 505.0)
+            self.assertAlmostEqual(float(r["ratio"]), round(505.0 / 405.0, 3), places=3)
+
+    def test_a_base_without_its_library_is_refused(self):
+        os.remove(os.path.join(self.base, "libflashattn.so.0"))
+        r = subprocess.run([sys.executable, _TOOL, "--serving", "--bench", self.bench, "--base",
+                            self.base, "--out", self.out], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no libflashattn.so.0", r.stderr)
+        self.assertFalse(os.path.exists(self.log))
+
+
+if __name__ == "__main__":
+    unittest.main()
