@@ -431,7 +431,8 @@ FA_API fa_status fa_config_init(fa_config* config);
  *  overlap within o, and bounded extents: each tensor spans fewer than 2^60 elements, and the LSE
  *  and each run-time array the config uses (fa_run_args: batch + 1 offsets, batch lengths,
  *  batch * max_pages_per_seq page indices, heads_q or batch * heads_q slopes, heads_q sinks,
- *  1 or batch * heads_kv descales)
+ *  1 or batch * heads_kv descales), and for FA_LAYOUT_VARLEN batch * min(seqlen_q, total_q) *
+ *  heads_q (the (sequence, query row, head) work list; since 0.3.0),
  *  holds at most 2^60 entries, so every offset and byte count derived from them fits in int64.
  *  fa_forward() and fa_plan_create() make the same checks (and, on a GPU, those of the kernels).
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT or FA_STATUS_BAD_STRUCT_SIZE with the

@@ -423,8 +423,7 @@ fa_status checked_extents(Problem const& p, Extents* out) {
                   t.name);
     }
   }
-  // The LSE, and the CPU's (batch, head, query tile) work list, grow with batch x heads_q x
-  // seqlen_q even where q broadcasts along them (stride 0).
+  // The LSE grows with batch x heads_q x seqlen_q even where q broadcasts along them (stride 0).
   if (!bounded_count({q_outer, q_seq, p.heads_q}, &e.lse)) {
     return fail(FA_STATUS_INVALID_ARGUMENT,
                 "fa_config: the LSE of batch = %lld x seqlen_q = %lld x heads_q = %lld rows "
@@ -451,17 +450,30 @@ fa_status checked_extents(Problem const& p, Extents* out) {
                         p.batch, p.heads_q, &e.alibi_slopes},
                   Array{"alibi_slopes (heads_q entries)", p.alibi == Alibi::kPerHead,
                         p.heads_q, 1, &e.alibi_slopes},
-                  Array{"sinks (heads_q entries)", p.sinks, p.heads_q, 1, &e.sinks}}) {
+                  Array{"sinks (heads_q entries)", p.sinks, p.heads_q, 1, &e.sinks},
+                  Array{"q_descale, k_descale and v_descale (batch x heads_kv entries)",
+                        p.descale_per_head, p.batch, p.heads_kv, &e.descales}}) {
     if (a.used && !bounded_count({a.rows, a.per_row}, a.count)) {
       return fail(FA_STATUS_INVALID_ARGUMENT,
                   "fa_config: %s would exceed 2^60 entries (batch = %lld, heads_q = %lld, "
-                  "max_pages_per_seq = %lld)",
+                  "heads_kv = %lld, max_pages_per_seq = %lld)",
                   a.name, static_cast<long long>(p.batch), static_cast<long long>(p.heads_q),
-                  static_cast<long long>(p.max_pages_per_seq));
+                  static_cast<long long>(p.heads_kv), static_cast<long long>(p.max_pages_per_seq));
     }
   }
-  // Per (batch, K/V head) descales: batch x heads_kv <= batch x heads_q, within the LSE's bound.
-  e.descales = p.descale_per_head ? p.batch * p.heads_kv : 1;
+  if (!p.descale_per_head) e.descales = 1;  // one per tensor
+  // The CPU's work list and the GPU's grid take (sequence, query head, query tile) units: batch x
+  // heads_q x tiles of the longest sequence. Dense and cache layouts bound it by the LSE above; a
+  // varlen batch's LSE holds total_q rows, not batch, so a batch of many empty sequences (an
+  // offset repeated in cu_seqlens) could wrap the count: a CPU call then returned success with
+  // most of o unwritten, or failed on an exception.
+  if (int64_t units; varlen && !bounded_count({p.batch, p.seqlen_q, p.heads_q}, &units)) {
+    return fail(FA_STATUS_INVALID_ARGUMENT,
+                "fa_config: a varlen batch of batch = %lld sequences x seqlen_q = %lld rows (at "
+                "most total_q) x heads_q = %lld exceeds 2^60 (sequence, row, head) entries",
+                static_cast<long long>(p.batch), static_cast<long long>(p.seqlen_q),
+                static_cast<long long>(p.heads_q));
+  }
   *out = e;
   return FA_STATUS_SUCCESS;
 }

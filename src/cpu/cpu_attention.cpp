@@ -603,7 +603,9 @@ void merge(int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim, const
         const int64_t li = (b * heads + h) * seqlen + i;
         const int64_t oi = offset(st, b, i, h);
         const float la = lse_a[li], lb = lse_b[li];
-        const float top = std::max(la, lb);
+        // A NaN on either side makes the row NaN (the header's contract): std::max(-inf, NaN)
+        // is -inf, which would have read as two empty sides (o = 0, lse = -inf).
+        const float top = std::isnan(la) || std::isnan(lb) ? la + lb : std::max(la, lb);
         // Both sides empty (-inf): the union is empty too.
         const float wa = top == kNegInf ? 0.0f : std::exp(la - top);
         const float wb = top == kNegInf ? 0.0f : std::exp(lb - top);

@@ -116,11 +116,42 @@ TEST_CASE("hostile: varlen offsets arrays are bounded at validation") {
 // passed validation at 2^61 entries.
 TEST_CASE("hostile: every run-time array is bounded at validation") {
   fa_config c = varlen_config(int64_t{1} << 59);
-  c.heads_q = c.heads_kv = 4;
+  c.heads_q = c.heads_kv = 2;
   CHECK(validate(c) == FA_STATUS_SUCCESS);
-  c.alibi = FA_ALIBI_PER_BATCH;
-  expect_refused(c, "alibi_slopes");
+  c.alibi = FA_ALIBI_PER_BATCH;  // 2^60 slopes: at the bound
+  CHECK(validate(c) == FA_STATUS_SUCCESS);
   c.alibi = FA_ALIBI_PER_HEAD;
+  c.dtype = FA_DTYPE_BF16;
+  c.kv_dtype = FA_DTYPE_E4M3;
+  c.descale = FA_DESCALE_PER_HEAD_KV;  // 2^60 descales: at the bound
+  CHECK(validate(c) == FA_STATUS_SUCCESS);
+  c.batch = (int64_t{1} << 59) + 1;
+  expect_refused(c, "q_descale, k_descale and v_descale");
+  c.descale = 0;
+  c.kv_dtype = 0;
+  expect_refused(c, "varlen batch");  // the (sequence, query row, head) work list
+}
+
+// A varlen batch's LSE holds total_q rows, not batch: its (sequence, query row, head) work list
+// and its per-(batch, K/V head) descales were unbounded, so a batch of many empty sequences
+// wrapped them (the CPU then computed a wrapped share of o and returned success).
+TEST_CASE("hostile: a varlen batch's work list and descales are bounded though its LSE is not") {
+  fa_config c = varlen_config(int64_t{1} << 31);
+  c.heads_q = c.heads_kv = int64_t{1} << 30;
+  c.dtype = FA_DTYPE_BF16;  // bf16 queries against an e4m3 cache with per-head descales
+  c.kv_dtype = FA_DTYPE_E4M3;
+  c.descale = FA_DESCALE_PER_HEAD_KV;
+  expect_refused(c, "q_descale, k_descale and v_descale");
+  c.batch = int64_t{1} << 40;  // batch x heads_kv wraps int64
+  expect_refused(c, "batch = 1099511627776");
+  c.kv_dtype = 0;
+  c.descale = 0;
+  c.batch = int64_t{1} << 24;
+  c.heads_q = c.heads_kv = (int64_t{1} << 40) + 1;  // batch x heads_q wraps to 2^24
+  expect_refused(c, "heads_q = 1099511627777");
+  c.heads_q = c.heads_kv = int64_t{1} << 40;  // wraps to 0
+  expect_refused(c, "varlen batch");
+  c.heads_q = c.heads_kv = int64_t{1} << 36;  // 2^60 units: at the bound
   CHECK(validate(c) == FA_STATUS_SUCCESS);
 }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -530,12 +531,18 @@ TEST_CASE("merge_states of two disjoint key sets equals attention over their uni
   }
 }
 
-TEST_CASE("merge_states: empty sides") {
-  Cpu cpu;
+// One row of two float32 columns per side.
+fa_merge_config one_row_merge() {
   fa_merge_config m;
   REQUIRE(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
   m.dtype = FA_DTYPE_FP32;
   m.head_dim = 2;
+  return m;
+}
+
+TEST_CASE("merge_states: empty sides") {
+  Cpu cpu;
+  fa_merge_config m = one_row_merge();
   const float inf = std::numeric_limits<float>::infinity();
   float oa[2] = {1.0f, 2.0f}, ob[2] = {3.0f, 4.0f}, o[2] = {};
   float la = -inf, lb = 0.5f, l = 0.0f;
@@ -556,6 +563,29 @@ TEST_CASE("merge_states: empty sides") {
   m.heads = 0;
   CHECK(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) == FA_STATUS_INVALID_ARGUMENT);
   CHECK(std::string(fa_last_error_detail()).find("heads") != std::string::npos);
+}
+
+TEST_CASE("merge_states: an LSE of NaN or +inf on either side makes the row NaN, beside any other") {
+  Cpu cpu;
+  fa_merge_config const m = one_row_merge();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {nan, inf}) {
+    for (float other : {-inf, 0.5f, inf, nan}) {
+      for (bool bad_first : {true, false}) {
+        float oa[2] = {1.0f, 2.0f}, ob[2] = {3.0f, 4.0f}, o[2] = {7.0f, 7.0f};
+        float la = bad_first ? bad : other, lb = bad_first ? other : bad, l = 7.0f;
+        CAPTURE(bad);
+        CAPTURE(other);
+        CAPTURE(bad_first);
+        REQUIRE(fa_merge_states(cpu.ctx, &m, oa, &la, ob, &lb, o, &l, nullptr) ==
+                FA_STATUS_SUCCESS);
+        CHECK(std::isnan(o[0]));
+        CHECK(std::isnan(o[1]));
+        CHECK(std::isnan(l));
+      }
+    }
+  }
 }
 
 }  // TEST_SUITE

@@ -136,6 +136,13 @@ def version() -> str:
 
 
 def _kernel_config(name):
+    if not isinstance(name, str):
+        raise TypeError(f"kernel must be a kernel name (str), got {type(name).__name__}")
+    # Kernel names are ASCII (fa_kernel_config_name); a NUL would end the C string early, so
+    # that a longer name parsed as its prefix.
+    if not name.isascii() or "\0" in name:
+        raise ParseError(6, f"kernel name {name!r} holds a character no kernel name has "
+                            "(non-ASCII or NUL)")
     kc = _ffi.fa_kernel_config()
     check(_ffi.lib().fa_kernel_config_init(ctypes.byref(kc)))
     check(_ffi.lib().fa_kernel_config_parse(name.encode(), ctypes.byref(kc)))
@@ -196,10 +203,11 @@ class _Plan:
     def __init__(self, handle, owner):
         self.handle = handle
         self.owner = owner
+        # Set before anything can raise: __del__ then still frees the handle.
+        self._destroy = _ffi.lib().fa_plan_destroy
         size = ctypes.c_size_t()
         check(_ffi.lib().fa_plan_workspace_size(handle, ctypes.byref(size)))
         self.workspace = size.value
-        self._destroy = _ffi.lib().fa_plan_destroy
 
     def __del__(self):
         self._destroy(self.handle)
@@ -630,7 +638,13 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
                              f"({batch}, {heads_q})")
     if softcap is None or softcap < 0:
         raise ValueError(f"softcap = {softcap} must be >= 0 (0: off)")
-    return (mode, _window(window), float(softcap), alibi, sinks is not None,
+    softcap = float(softcap)
+    if softcap > 0 and ctypes.c_float(softcap).value == 0.0:
+        # 0 is the C API's "off": a cap that rounds to 0 in float32 would silently turn
+        # soft-capping off (as softmax_scale's check in _prepare).
+        raise ValueError(f"softcap = {softcap} is 0 in float32, which means no soft-capping; "
+                         "pass 0 for that")
+    return (mode, _window(window), softcap, alibi, sinks is not None,
             _integer("num_splits", num_splits, _INT32), tuple(extra))
 
 
@@ -1217,6 +1231,11 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     if len(shape) != 4:
         raise ValueError(f"o_a must have 4 dimensions (batch, seqlen, heads, head_dim), got "
                          f"shape {tuple(shape)}")
+    # fa_merge_config reads all-zero leading strides as packed: a broadcast o_a was read (and a
+    # new o of its strides written) far past its elements. o_b and out must share its strides.
+    # Inline, not _check_not_broadcast(): this runs on every call (0.1 us against 0.8).
+    if not (strides[0] or strides[1] or strides[2]) and shape[0] * shape[1] * shape[2] != 1:
+        _check_not_broadcast((("o_a", (shape, strides, None, None)),))
     o, lse = out if out is not None else (None, None)
     if o is None:
         # o_a's strides: one set of strides describes o_a, o_b and o in fa_merge_config.
@@ -1248,9 +1267,10 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     if strides[3] != 1 and shape[3] > 1:
         raise ValueError(f"o_a: the last dimension must be contiguous (stride {strides[3]})")
     dtype = ta.dtype
-    if (tb.shape != shape or tb.strides != strides or tb.dtype != dtype or tb.device != device
-            or to.shape != shape or to.strides != strides or to.dtype != dtype
-            or to.device != device):
+    if (tb.shape != shape or tb.dtype != dtype or tb.device != device or to.shape != shape
+            or to.dtype != dtype or to.device != device
+            or (tb.strides != strides and not _same_strides(shape, tb.strides, strides))
+            or (to.strides != strides and not _same_strides(shape, to.strides, strides))):
         _merge_mismatch(ta, tb, to, la, lb, lo)
     if 0 in shape:
         return o, lse
@@ -1264,10 +1284,21 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     return o, lse
 
 
+def _same_strides(shape, a, b):
+    """Whether strides a and b address the same elements of an array of `shape`: equal but
+    along dimensions of extent 1, whose stride is never applied (numpy calls such an array
+    contiguous whatever that stride is, and a new output gets the packed one)."""
+    return all(x == y or n == 1 for n, x, y in zip(shape, a, b))
+
+
 def _merge_mismatch(ta, tb, to, la, lb, lo):
-    """Raises the ValueError for the first array of a merge that does not fit o_a: an lse that is
-    not (batch, heads, seqlen) on o_a's device, or o_b or out without o_a's shape, strides,
-    dtype and device."""
+    """Raises the ValueError for the first array of a merge that does not fit o_a: a negative
+    stride of o_a, an lse that is not (batch, heads, seqlen) on o_a's device, or o_b or out
+    without o_a's shape, strides, dtype and device."""
+    if any(s < 0 for s in ta.strides):
+        # A new out is allocated in o_a's dimension order with positive strides, which would
+        # otherwise be named as the mismatch.
+        raise ValueError(f"o_a: strides {tuple(ta.strides)} must be >= 0")
     batch, seqlen, heads, _ = ta.shape
     rows = (batch, heads, seqlen)
     for name, described in (("lse_a", la), ("lse_b", lb), ("lse", lo)):
@@ -1275,7 +1306,7 @@ def _merge_mismatch(ta, tb, to, la, lb, lo):
             raise ValueError(f"{name} must be float32 (batch, heads, seqlen) = {rows} on o_a's "
                              f"device, got {tuple(described[1])}")
     for name, t in (("o_b", tb), ("out", to)):
-        if t.shape != ta.shape or t.strides != ta.strides:
+        if t.shape != ta.shape or not _same_strides(ta.shape, t.strides, ta.strides):
             raise ValueError(f"{name} must have o_a's shape and strides {tuple(ta.shape)}, "
                              f"{tuple(ta.strides)}")
         if t.dtype != ta.dtype or t.device != ta.device:

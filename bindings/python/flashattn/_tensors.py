@@ -501,6 +501,9 @@ def describe_aux(obj, name, kind, stream=None):
                 # dtype.name costs 6 us: only for a dtype that is not the native one (yet).
                 if dtype.name != kind:
                     raise TypeError(f"{name} must be {kind}, got {dtype.name}")
+                # '>f4' is named float32 too: the library would read its bytes swapped.
+                if not dtype.isnative:
+                    raise TypeError(f"{name}: byte order {dtype.byteorder!r} is not the machine's")
                 _numpy_aux[kind] = numpy.dtype(kind)
             # A writable C-contiguous array lends its buffer (from_buffer refuses any other):
             # contiguity and address in one call, where flags.c_contiguous builds an object.

@@ -117,7 +117,9 @@ def check(status: int) -> None:
     """Raises the exception class of a failing status (a warning status warns instead)."""
     if status == 0:
         return
-    detail = _ffi.lib().fa_last_error_detail().decode()
+    # The library cuts a long message at a fixed length, which may split a UTF-8 sequence of
+    # the value it names (a kernel name, a tuning file's path).
+    detail = (_ffi.lib().fa_last_error_detail() or b"").decode("utf-8", "replace")
     if status in _WARNINGS:
         warnings.warn(detail, _WARNINGS[status], stacklevel=3)
         return

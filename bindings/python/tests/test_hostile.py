@@ -190,3 +190,88 @@ def test_cuda_array_interface_pointers_out_of_range_raise():
     for ptr in (-1, 2**64, "0"):
         with pytest.raises(ValueError, match="pointer"):
             _tensors.describe(Fake(ptr), "q")
+
+
+# Defect 12: merge_states read a broadcast o_a (all-zero leading strides, which fa_merge_config
+# reads as packed) far past its elements, and wrote a new o of the same strides past its buffer.
+def test_merge_states_refuses_broadcast_o():
+    a = np.broadcast_to(np.ones(8, np.float32), (2, 4, 3, 8))
+    lse = np.zeros((2, 3, 4), np.float32)
+    buf = np.zeros(264, np.float32)
+    o = np.lib.stride_tricks.as_strided(buf, (2, 4, 3, 8), (0, 0, 0, 4))
+    for out in (None, (o, np.empty_like(lse))):
+        with pytest.raises(ValueError, match="o_a is broadcast"):
+            flashattn.merge_states(a, lse, a, lse, out=out)
+    assert not buf.any()
+
+
+# Defect 13: a big-endian float32 or int32 array is named float32 / int32 too, and its bytes were
+# read as the machine's (wrong slopes, sinks, descales, LSEs; cache lengths such as 83886080).
+def test_index_and_float32_arrays_in_another_byte_order_are_refused():
+    q, k, v = _qkv(hq=2, hkv=2)
+    slopes = np.array([0.5, 0.25], np.float32)
+    for kwargs, name in ((dict(alibi_slopes=slopes.astype(">f4")), "alibi_slopes"),
+                         (dict(sinks=slopes.astype(">f4")), "sinks")):
+        with pytest.raises(TypeError, match=f"{name}: byte order"):
+            flashattn.forward(q, k, v, **kwargs)
+    with pytest.raises(TypeError, match="cache_seqlens: byte order"):
+        flashattn.forward_kvcache(q, k, v, cache_seqlens=np.array([5], ">i4"))
+    o = np.ones((1, 3, 2, 8), np.float32)
+    lse = np.zeros((1, 2, 3), np.float32)
+    with pytest.raises(TypeError, match="lse_b: byte order"):
+        flashattn.merge_states(o, lse, o, lse.astype(">f4"))
+    # The native arrays still pass after a refused one (the dtype cache holds native types only).
+    flashattn.forward(q, k, v, alibi_slopes=slopes)
+    flashattn.merge_states(o, lse, o, lse)
+
+
+# Defect 14: a positive softcap that is 0 in float32 turned soft-capping off without a word.
+def test_softcap_that_rounds_to_zero_is_refused():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="softcap = 1e-300 is 0 in float32"):
+        flashattn.forward(q, k, v, softcap=1e-300)
+    capped = flashattn.forward(q, k, v, softcap=1e-30)
+    assert not np.array_equal(capped, flashattn.forward(q, k, v))
+
+
+# Defect 15: a detail message cut inside a UTF-8 sequence raised UnicodeDecodeError, and a kernel
+# name that UTF-8 cannot encode UnicodeEncodeError; a NUL cut the name short before parsing.
+def test_error_messages_and_kernel_names_outside_ascii():
+    q, k, v = _qkv()
+    for name in ("é" * 1000, "\udcff", "sm80" + "\0" + "x"):
+        with pytest.raises(flashattn.ParseError):
+            flashattn.forward(q, k, v, kernel=name)
+    # The library's parse error names the text, cut at its message's fixed length: of two texts
+    # whose two-byte characters start one byte apart, one is cut inside a character.
+    from flashattn import _ffi, errors
+    kc = _ffi.fa_kernel_config()
+    errors.check(_ffi.lib().fa_kernel_config_init(ctypes.byref(kc)))
+    details = []
+    for text in ("é" * 1000, "a" + "é" * 1000):
+        status = _ffi.lib().fa_kernel_config_parse(text.encode(), ctypes.byref(kc))
+        with pytest.raises(flashattn.ParseError) as raised:
+            errors.check(status)
+        details.append(raised.value.detail)
+    assert any("\ufffd" in d for d in details), details
+
+
+# Defect 16: merge_states without out= refused an o_a whose extent-1 dimension had a stride other
+# than the packed one (numpy calls it contiguous, so the new o got packed strides), naming out;
+# and a negative stride was reported as out's mismatch.
+def test_merge_states_strides_of_extent_one_dimensions_do_not_matter():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 5, 8), dtype=np.float32)[:, :, None, :]  # strides (40, 8, 0, 1)
+    b = rng.standard_normal((2, 5, 8), dtype=np.float32)[:, :, None, :]
+    la = rng.standard_normal((2, 1, 5), dtype=np.float32)
+    lb = rng.standard_normal((2, 1, 5), dtype=np.float32)
+    o, lse = flashattn.merge_states(a, la, b, lb)
+    top = np.maximum(la, lb)
+    wa, wb = np.exp(la - top), np.exp(lb - top)
+    w = lambda x: x.transpose(0, 2, 1)[..., None]
+    np.testing.assert_allclose(o, (w(wa) * a + w(wb) * b) / w(wa + wb), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lse, top + np.log(wa + wb), rtol=1e-5)
+    # out= with the packed strides of the same shape is the same memory layout.
+    o2, _ = flashattn.merge_states(a, la, b, lb, out=(np.empty((2, 5, 1, 8), np.float32), None))
+    np.testing.assert_array_equal(o2, o)
+    with pytest.raises(ValueError, match=r"o_a: strides .* must be >= 0"):
+        flashattn.merge_states(a[:, ::-1], la, b[:, ::-1], lb)
