@@ -4,9 +4,10 @@
 // from the input. The input's bytes become an fa_config (built with fa_config_init(), fields set
 // by name; the layout is below) and an fa_run_args. Properties checked on every input:
 //   - fa_config_validate() and fa_config_extents() agree; an accepted config keeps the header's
-//     bounds (the LSE and each run-time array it uses hold at most 2^60 entries, computed here
-//     in 128 bits, so the library's int64 products of the same sizes cannot wrap: a paged
-//     batch x max_pages_per_seq and a varlen batch + 1 did); a refusal has a detail message, and
+//     bounds (the LSE, a varlen batch's (sequence, row, head) work list and each run-time
+//     array it uses hold at most 2^60 entries, computed here in 128 bits, so the library's
+//     int64 products of the same sizes cannot wrap: a paged batch x max_pages_per_seq, a varlen
+//     batch + 1 and a varlen batch x heads_q did); a refusal has a detail message, and
 //     fa_forward(), fa_forward_ex() and fa_plan_create() refuse the config with the same status
 //     without touching the tensors;
 //   - a valid config that is small enough to run in milliseconds runs on a CPU context with q, k,
@@ -427,6 +428,13 @@ void check_bounds(fa_config const& e) {
   }
   if (e.alibi == FA_ALIBI_PER_BATCH && batch * e.heads_q > limit) {
     finding("an accepted config has more than 2^60 per-batch ALiBi slopes");
+  }
+  if (e.descale == FA_DESCALE_PER_HEAD_KV && batch * e.heads_kv > limit) {
+    finding("an accepted config has more than 2^60 per-head descales");
+  }
+  // A varlen batch's (sequence, query row, head) work list: its LSE does not hold batch.
+  if (varlen && batch * std::min(e.seqlen_q, e.total_q) * Wide{e.heads_q} > limit) {
+    finding("an accepted varlen config has a work list of more than 2^60 entries");
   }
 }
 
