@@ -371,14 +371,17 @@ pub struct Config {
 }
 
 /// The order of the dimensions of packed q, k, v and o tensors; head_dim is always last and
-/// contiguous. This is only the strides' pattern: the C field `fa_config.layout` (dense, varlen,
-/// KV cache) stays dense.
+/// contiguous. This is only the strides' pattern, independent of the C field `fa_config.layout`
+/// (dense, varlen, KV cache, paged), which [`ConfigBuilder::varlen`], [`ConfigBuilder::kv_cache`]
+/// and [`ConfigBuilder::paged_kv`] set; the strides follow it (see [`ConfigBuilder::layout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
     /// `[batch, seq, heads, head_dim]`, FlashAttention's (the default).
     #[default]
     Bshd,
-    /// `[batch, heads, seq, head_dim]`, PyTorch's (`scaled_dot_product_attention`).
+    /// `[batch, heads, seq, head_dim]`, PyTorch's (`scaled_dot_product_attention`); a paged
+    /// cache's pages `[num_pages, heads_kv, page_size, head_dim]` (FlashInfer's HND), a varlen
+    /// batch's q and o `[heads_q, total_q, head_dim]`, k and v `[heads_kv, total_k, head_dim]`.
     Bhsd,
 }
 
@@ -386,8 +389,12 @@ pub enum Layout {
 #[derive(Clone, Copy)]
 pub struct ConfigBuilder {
     raw: sys::fa_config,
-    // Layout::Bhsd's packed strides overflowed i64; build() reports it.
-    bhsd_overflow: bool,
+    // The layout whose packed strides build() gives every tensor (q, k, v, o) not in `explicit`,
+    // from the sizes, head_dim_v and fa_config.layout as they are then: resolved in layout(),
+    // a later head_dim_v(), paged_kv() or varlen() left v's and o's, or a paged cache's and a
+    // varlen batch's, strides those of a dense [batch, heads, seq, d] problem.
+    layout: Layout,
+    explicit: [bool; 4],
 }
 
 /// Elements each tensor spans from its base pointer (`fa_config_extents`).
@@ -401,7 +408,7 @@ pub struct Extents {
     pub v: usize,
     /// o
     pub o: usize,
-    /// lse: batch * heads_q * seqlen_q
+    /// lse: batch * heads_q * seqlen_q (varlen: heads_q * total_q)
     pub lse: usize,
 }
 
@@ -653,7 +660,7 @@ impl Config {
         raw.heads_q = heads_q;
         raw.heads_kv = heads_kv;
         raw.head_dim = head_dim;
-        ConfigBuilder { raw, bhsd_overflow: false }
+        ConfigBuilder { raw, layout: Layout::Bshd, explicit: [false; 4] }
     }
 
     /// The element type of q (and of k, v and o unless [`Config::kv_dtype`] /
@@ -741,53 +748,62 @@ impl ConfigBuilder {
         }) as i32;
         self
     }
-    /// Sets the strides of all four tensors to those of packed tensors in `layout`; a later
-    /// `*_strides` call overrides one tensor's. [`Layout::Bshd`] is the default.
-    pub fn layout(self, layout: Layout) -> Self {
-        let r = self.raw;
-        let dv = if r.head_dim_v != 0 { r.head_dim_v } else { r.head_dim };
-        // (batch, seq, head) strides of packed [batch, heads, seq, d]; None when they overflow
-        // i64 (the sizes are the caller's, unchecked until build()).
-        let bhsd = |heads: i64, seq: i64, d: i64| {
-            let head = seq.checked_mul(d)?;
-            Some((heads.checked_mul(head)?, d, head))
-        };
-        let this = ConfigBuilder { bhsd_overflow: false, ..self };
-        match layout {
-            // All-zero strides are the library's packed [batch, seq, heads, head_dim].
-            Layout::Bshd => this.q_strides(0, 0, 0).k_strides(0, 0, 0).v_strides(0, 0, 0).o_strides(0, 0, 0),
-            Layout::Bhsd => match (
-                bhsd(r.heads_q, r.seqlen_q, r.head_dim),
-                bhsd(r.heads_kv, r.seqlen_k, r.head_dim),
-                bhsd(r.heads_kv, r.seqlen_k, dv),
-                bhsd(r.heads_q, r.seqlen_q, dv),
-            ) {
-                (Some((qb, qs, qh)), Some((kb, ks, kh)), Some((vb, vs, vh)), Some((ob, os, oh))) => {
-                    this.q_strides(qb, qs, qh).k_strides(kb, ks, kh).v_strides(vb, vs, vh).o_strides(ob, os, oh)
-                }
-                _ => ConfigBuilder { bhsd_overflow: true, ..this },
-            },
-        }
+    /// Gives all four tensors the strides of packed tensors in `layout` (resolved in
+    /// [`ConfigBuilder::build`], from the sizes, value head dim and layout the builder then
+    /// holds, so the calls may come in any order); a later `*_strides` call sets one tensor's
+    /// own. [`Layout::Bshd`] is the default.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self.explicit = [false; 4];
+        self
     }
     /// q's (batch, seq, head) strides in elements.
     pub fn q_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
         (self.raw.q_batch_stride, self.raw.q_seq_stride, self.raw.q_head_stride) = (batch, seq, head);
+        self.explicit[0] = true;
         self
     }
     /// k's (batch, seq, head) strides in elements.
     pub fn k_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
         (self.raw.k_batch_stride, self.raw.k_seq_stride, self.raw.k_head_stride) = (batch, seq, head);
+        self.explicit[1] = true;
         self
     }
     /// v's (batch, seq, head) strides in elements.
     pub fn v_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
         (self.raw.v_batch_stride, self.raw.v_seq_stride, self.raw.v_head_stride) = (batch, seq, head);
+        self.explicit[2] = true;
         self
     }
     /// o's (batch, seq, head) strides in elements.
     pub fn o_strides(mut self, batch: i64, seq: i64, head: i64) -> Self {
         (self.raw.o_batch_stride, self.raw.o_seq_stride, self.raw.o_head_stride) = (batch, seq, head);
+        self.explicit[3] = true;
         self
+    }
+    /// The (batch, seq, head) strides of packed q, k, v and o in the builder's layout; None when
+    /// they overflow i64 (the sizes are the caller's, unchecked until fa_config_validate).
+    fn packed_strides(&self) -> Option<[(i64, i64, i64); 4]> {
+        let r = &self.raw;
+        if self.layout == Layout::Bshd {
+            return Some([(0, 0, 0); 4]);  // all-zero strides: the library's packed bshd
+        }
+        let dv = if r.head_dim_v != 0 { r.head_dim_v } else { r.head_dim };
+        let varlen = r.layout == sys::FA_LAYOUT_VARLEN as i32;
+        // [outer, heads, rows, d]: a varlen batch has no outer dimension (batch stride 0).
+        let bhsd = |heads: i64, rows: i64, d: i64| {
+            let head = rows.checked_mul(d)?;
+            Some((if varlen { 0 } else { heads.checked_mul(head)? }, d, head))
+        };
+        let (q_rows, k_rows) = if varlen {
+            (r.total_q, r.total_k)
+        } else if r.layout == sys::FA_LAYOUT_PAGED_KV as i32 {
+            (r.seqlen_q, r.page_size)
+        } else {
+            (r.seqlen_q, r.seqlen_k)
+        };
+        Some([bhsd(r.heads_q, q_rows, r.head_dim)?, bhsd(r.heads_kv, k_rows, r.head_dim)?,
+              bhsd(r.heads_kv, k_rows, dv)?, bhsd(r.heads_q, q_rows, dv)?])
     }
     /// Sliding window: key j is visible to query i iff
     /// `i + Sk - Sq - left <= j <= i + Sk - Sq + right` (per sequence); a negative bound is
@@ -848,21 +864,33 @@ impl ConfigBuilder {
     }
     /// Validates (`fa_config_validate`): the error names the offending field and value.
     pub fn build(self) -> Result<Config> {
-        if self.bhsd_overflow {
-            let r = &self.raw;
+        let mut raw = self.raw;
+        let Some(packed) = self.packed_strides() else {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
-                    "Layout::Bhsd: the packed strides heads x seqlen x head_dim overflow i64 \
+                    "Layout::Bhsd: the packed strides heads x rows x head_dim overflow i64 \
                      (heads_q = {}, seqlen_q = {}, heads_kv = {}, seqlen_k = {}, head_dim = {}, \
-                     head_dim_v = {})",
-                    r.heads_q, r.seqlen_q, r.heads_kv, r.seqlen_k, r.head_dim, r.head_dim_v
+                     head_dim_v = {}, page_size = {}, total_q = {}, total_k = {})",
+                    raw.heads_q, raw.seqlen_q, raw.heads_kv, raw.seqlen_k, raw.head_dim,
+                    raw.head_dim_v, raw.page_size, raw.total_q, raw.total_k
                 ),
             ));
+        };
+        let strides = [
+            (&mut raw.q_batch_stride, &mut raw.q_seq_stride, &mut raw.q_head_stride),
+            (&mut raw.k_batch_stride, &mut raw.k_seq_stride, &mut raw.k_head_stride),
+            (&mut raw.v_batch_stride, &mut raw.v_seq_stride, &mut raw.v_head_stride),
+            (&mut raw.o_batch_stride, &mut raw.o_seq_stride, &mut raw.o_head_stride),
+        ];
+        for ((b, s, h), (explicit, (pb, ps, ph))) in strides.into_iter().zip(self.explicit.into_iter().zip(packed)) {
+            if !explicit {
+                (*b, *s, *h) = (pb, ps, ph);
+            }
         }
         // Safety: a valid pointer to an initialised config.
-        check(unsafe { sys::fa_config_validate(&self.raw) })?;
-        Ok(Config { raw: self.raw })
+        check(unsafe { sys::fa_config_validate(&raw) })?;
+        Ok(Config { raw })
     }
 }
 

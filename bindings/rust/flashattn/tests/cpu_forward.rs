@@ -1,5 +1,5 @@
 //! The CPU path end to end, against a naive float64 reference.
-use flashattn::{Bf16, Config, Context, DType, Device, Element, Layout, F16};
+use flashattn::{Bf16, Config, Context, DType, Device, Element, Layout, RunArgs, F16};
 
 struct Problem {
     batch: usize,
@@ -226,4 +226,67 @@ fn layout_sets_every_stride_and_bshd_restores_packed() {
          z.o_seq_stride, z.o_head_stride]
     );
     assert_eq!(Layout::default(), Layout::Bshd);
+}
+
+// Layout::Bhsd's strides were computed when layout() was called, from seqlen and head_dim: a
+// paged cache's pages (page_size rows) and a varlen batch's rows (total_q / total_k, batch
+// stride 0) got a dense problem's strides (head 1 read head 0's page; varlen failed to build),
+// and a head_dim_v() after layout() left v and o strided by head_dim.
+#[test]
+fn bhsd_layout_follows_pages_varlen_and_head_dim_v_in_any_order() {
+    let ctx = Context::new(Device::Cpu).unwrap();
+    let f32s = |n: usize, seed: u64| -> Vec<f32> { data(n, seed).into_iter().map(|x| x as f32).collect() };
+    let (hq, hkv, d) = (4usize, 2usize, 8usize);
+
+    // Paged: pages [num_pages, page_size, heads_kv, d] against HND [num_pages, heads_kv, page_size, d].
+    let (b, sq, pages, page, per_seq) = (2usize, 3usize, 6usize, 4usize, 3usize);
+    let (q, k, v) = (f32s(b * sq * hq * d, 21), f32s(pages * page * hkv * d, 22), f32s(pages * page * hkv * d, 23));
+    let (table, lens) = ([5i32, 0, 3, 1, 4, 2], [9i32, 11]);
+    let args = RunArgs { cache_seqlens: Some(&lens), block_table: Some(&table), ..Default::default() };
+    let paged = |layout| {
+        Config::builder(DType::F32, b as i64, sq as i64, (per_seq * page) as i64, hq as i64, hkv as i64, d as i64)
+            .causal(true)
+            .layout(layout)
+            .paged_kv(pages as i64, page as i64, per_seq as i64)
+            .build()
+            .unwrap()
+    };
+    let mut o = vec![f32::NAN; q.len()];
+    ctx.forward_ex(&paged(Layout::Bshd), &q, &k, &v, &mut o, None, &args).unwrap();
+    let mut ot = vec![f32::NAN; q.len()];
+    ctx.forward_ex(&paged(Layout::Bhsd), &swap_seq_heads(&q, b, sq, hq, d), &swap_seq_heads(&k, pages, page, hkv, d),
+                   &swap_seq_heads(&v, pages, page, hkv, d), &mut ot, None, &args).unwrap();
+    assert_eq!(swap_seq_heads(&ot, b, hq, sq, d), o);
+
+    // Varlen: [total, heads, d] against [heads, total, d].
+    let (total_q, total_k) = (7usize, 12usize);
+    let (q, k, v) = (f32s(total_q * hq * d, 31), f32s(total_k * hkv * d, 32), f32s(total_k * hkv * d, 33));
+    let (cu_q, cu_k) = ([0i32, 4, 7], [0i32, 5, 12]);
+    let args = RunArgs { cu_seqlens_q: Some(&cu_q), cu_seqlens_k: Some(&cu_k), ..Default::default() };
+    let varlen = |layout| {
+        Config::builder(DType::F32, 2, 4, 7, hq as i64, hkv as i64, d as i64)
+            .layout(layout)
+            .varlen(total_q as i64, total_k as i64)
+            .build()
+            .unwrap()
+    };
+    let mut o = vec![f32::NAN; q.len()];
+    ctx.forward_ex(&varlen(Layout::Bshd), &q, &k, &v, &mut o, None, &args).unwrap();
+    let mut ot = vec![f32::NAN; q.len()];
+    ctx.forward_ex(&varlen(Layout::Bhsd), &swap_seq_heads(&q, 1, total_q, hq, d), &swap_seq_heads(&k, 1, total_k, hkv, d),
+                   &swap_seq_heads(&v, 1, total_k, hkv, d), &mut ot, None, &args).unwrap();
+    assert_eq!(swap_seq_heads(&ot, 1, hq, total_q, d), o);
+
+    // head_dim_v before or after layout(): the same strides, v's and o's by head_dim_v.
+    let builder = Config::builder(DType::F32, 2, 5, 7, 4, 2, 16);
+    let (a, z) = (builder.layout(Layout::Bhsd).head_dim_v(8).build().unwrap(),
+                  builder.head_dim_v(8).layout(Layout::Bhsd).build().unwrap());
+    let (a, z) = (a.as_raw(), z.as_raw());
+    assert_eq!((a.v_batch_stride, a.v_seq_stride, a.v_head_stride), (2 * 7 * 8, 8, 7 * 8));
+    assert_eq!((a.o_batch_stride, a.o_seq_stride, a.o_head_stride), (4 * 5 * 8, 8, 5 * 8));
+    assert_eq!((z.v_batch_stride, z.o_head_stride), (a.v_batch_stride, a.o_head_stride));
+    // An explicit stride after layout() stays the caller's.
+    let own = builder.layout(Layout::Bhsd).k_strides(0, 16, 0).build().unwrap();
+    assert_eq!((own.as_raw().k_batch_stride, own.as_raw().k_seq_stride, own.as_raw().k_head_stride), (0, 16, 0));
+    assert_eq!(own.as_raw().q_head_stride, 5 * 16);
 }
