@@ -5,6 +5,8 @@
  *
  * A CPU-only build of the library (FA_CUDA=OFF) compiles this without its GPU path
  * (FA_EXAMPLE_CUDA unset): fa_context_create(0) then fails, saying why, and the CPU runs it.
+ * Compiled that way against a library with GPU kernels (cc basic.c -lflashattn -lm), it has no
+ * device buffers to pass, so it says so and runs on the CPU too.
  */
 #if FA_EXAMPLE_CUDA
 #include <cuda_runtime_api.h>
@@ -72,7 +74,14 @@ int main(int argc, char** argv) {
   if (argc < 2 || strcmp(argv[1], "--cpu") != 0) {
     s = fa_context_create(0, &ctx);
     if (s == FA_STATUS_SUCCESS) {
+#if FA_EXAMPLE_CUDA
       on_gpu = 1;
+#else
+      printf("GPU 0 is there, but this program was built without the CUDA runtime "
+             "(FA_EXAMPLE_CUDA unset); using the CPU backend\n");
+      fa_context_destroy(ctx);
+      ctx = NULL;
+#endif
     } else {
       printf("no GPU context (%s: %s); using the CPU backend\n", fa_status_string(s),
              fa_last_error_detail());

@@ -160,6 +160,8 @@ class Schedule {
 // The problem every rank shares: batch, heads, head_dim, dtype and scale (sequence lengths come
 // from the schedule).
 struct Problem {
+  // FA_DTYPE_FP16, BF16 or FP32: o and the merges take the inputs' type (e4m3 inputs, which
+  // write a 16-bit o, are refused).
   int dtype = FA_DTYPE_BF16;
   int64_t batch = 1;
   int64_t heads_q = 1;
@@ -185,12 +187,18 @@ struct RankBuffers {
   float* lse_scratch = nullptr;
 };
 
-inline size_t dtype_bytes(int dtype) { return dtype == FA_DTYPE_FP32 ? 4 : 2; }
+// The bytes of one element of q, k, v and o; 0 for a dtype the ring does not run (Problem).
+inline size_t dtype_bytes(int dtype) {
+  return dtype == FA_DTYPE_FP32 ? 4 : dtype == FA_DTYPE_FP16 || dtype == FA_DTYPE_BF16 ? 2 : 0;
+}
 
 // Runs rank r's step t: its attention calls and merges, on `stream` (NULL on a CPU context).
-// Returns the first failing status (fa_last_error_detail() says why) or FA_STATUS_SUCCESS.
+// Returns the first failing status (fa_last_error_detail() says why) or FA_STATUS_SUCCESS; a
+// Problem::dtype the ring does not run is FA_STATUS_INVALID_ARGUMENT before anything is read
+// (the library's message is then not about it).
 inline fa_status run_step(fa_context_t* ctx, fa_stream_t stream, const Schedule& s,
                           const Problem& p, int rank, int step, const RankBuffers& b) {
+  if (dtype_bytes(p.dtype) == 0) return FA_STATUS_INVALID_ARGUMENT;
   const int64_t q_rows = s.shard_length(rank);
   const int64_t kv_rows = s.shard_length(s.kv_origin(rank, step));
   const int64_t d = p.head_dim;
@@ -282,11 +290,13 @@ void shard_rows(const Schedule& s, int rank, int64_t batch, int64_t heads, int64
 // would have delivered); the ranks' outputs are written back into o (packed like q) and lse
 // ([batch, heads_q, seqlen], float32). Memory comes from `alloc(bytes)` (returning a pointer
 // that stays valid until `release`), copies from `copy`, so the same code runs on host memory (CPU
-// context) and device memory (GPU context). Returns the first failing status.
+// context) and device memory (GPU context). Returns the first failing status (as run_step: a
+// dtype the ring does not run is refused before any shard is copied).
 template <class Alloc, class Release, class Copy>
 fa_status simulate_ring(fa_context_t* ctx, const Schedule& s, const Problem& p, const void* q,
                         const void* k, const void* v, void* o, float* lse, Alloc&& alloc,
                         Release&& release, Copy&& copy) {
+  if (dtype_bytes(p.dtype) == 0) return FA_STATUS_INVALID_ARGUMENT;
   const int n = s.world();
   const size_t elem = dtype_bytes(p.dtype);
   const int64_t d = p.head_dim;

@@ -192,4 +192,26 @@ TEST_CASE("context parallel: the comparison catches a wrong ring") {
   CHECK(r.o.n_bad > 0);
 }
 
+TEST_CASE("context parallel: a dtype the ring does not run is refused before any copy") {
+  // e4m3 inputs are one byte and write a 16-bit o: the shard copies, sized for two-byte elements,
+  // read past the caller's q, k and v (AddressSanitizer, world 1).
+  fa_context_t* ctx = nullptr;
+  REQUIRE(fa_context_create(FA_DEVICE_CPU, &ctx) == FA_STATUS_SUCCESS);
+  const ring::Schedule s(4, 1, ring::Layout::contiguous, true);
+  ring::Problem p;
+  p.dtype = FA_DTYPE_E4M3;
+  p.head_dim = 8;
+  int allocations = 0;
+  const fa_status st = ring::simulate_ring(
+      ctx, s, p, nullptr, nullptr, nullptr, nullptr, nullptr,
+      [&](size_t bytes) { ++allocations; return std::malloc(bytes); },
+      [](void* ptr) { std::free(ptr); },
+      [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); });
+  CHECK(st == FA_STATUS_INVALID_ARGUMENT);
+  CHECK(allocations == 0);
+  ring::RankBuffers b;
+  CHECK(ring::run_step(ctx, nullptr, s, p, 0, 0, b) == FA_STATUS_INVALID_ARGUMENT);
+  fa_context_destroy(ctx);
+}
+
 }  // TEST_SUITE

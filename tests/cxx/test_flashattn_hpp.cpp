@@ -46,7 +46,10 @@ double max_error(std::vector<float> const& q, std::vector<float> const& k, std::
       for (int c = 0; c < dv; ++c) {
         double want = 0;
         for (size_t j = 0; j < s.size(); ++j) want += std::exp(s[j] - m) / l * v[(j * h + head) * dv + c];
-        worst = std::max(worst, std::abs(want - o[(i * h + head) * dv + c]));
+        // Written so that a NaN (an output never written: o starts as NaN) is the worst
+        // error; std::max(worst, NaN) would keep worst.
+        double const err = std::abs(want - o[(i * h + head) * dv + c]);
+        if (!(err <= worst)) worst = err;
       }
     }
   }
