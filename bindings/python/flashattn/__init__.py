@@ -586,8 +586,10 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
             tlse = _tensors.describe(lse, "lse", handle, known)
         # An empty array's strides carry no meaning (producers differ), so only its shape counts.
         packed = (expected[1], 1) if varlen else (expected[1] * expected[2], expected[2], 1)
+        # Strides of extent-1 dimensions are never applied (numpy calls such a view contiguous).
         if tuple(tlse.shape) != expected or tlse.dtype != _ffi.FA_DTYPE_FP32 or (
-                tuple(tlse.strides) != packed and 0 not in expected):
+                tuple(tlse.strides) != packed and 0 not in expected
+                and not _same_strides(expected, tuple(tlse.strides), packed)):
             raise ValueError(f"lse must be a contiguous float32 array of shape {expected}")
     if stream is not None and tq.device == _ffi.FA_DEVICE_CPU:
         raise ValueError("stream= applies to GPU tensors only")

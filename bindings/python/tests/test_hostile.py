@@ -275,3 +275,18 @@ def test_merge_states_strides_of_extent_one_dimensions_do_not_matter():
     np.testing.assert_array_equal(o2, o)
     with pytest.raises(ValueError, match=r"o_a: strides .* must be >= 0"):
         flashattn.merge_states(a[:, ::-1], la, b[:, ::-1], lb)
+
+
+# Defect 17: an lse out= whose extent-1 dimension had a stride other than the packed one (numpy
+# calls it contiguous) was refused as not contiguous.
+def test_lse_out_strides_of_extent_one_dimensions_do_not_matter():
+    q, k, v = _qkv(b=1, sq=3, hq=2, hkv=1)
+    want_o, want_lse = flashattn.forward(q, k, v, return_lse=True)
+    lse = np.full((2, 3, 1), np.nan, np.float32).transpose(2, 0, 1)  # (1, 2, 3), strides (4, 12, 4)
+    assert lse.flags.c_contiguous and lse.strides[0] != 2 * 3 * 4
+    o, got = flashattn.forward(q, k, v, return_lse=True, out=(np.empty_like(want_o), lse))
+    assert got is lse
+    np.testing.assert_array_equal(lse, want_lse)
+    with pytest.raises(ValueError, match="lse must be a contiguous"):
+        flashattn.forward(q, k, v, return_lse=True,
+                          out=(np.empty_like(want_o), np.zeros((1, 3, 2), np.float32).transpose(0, 2, 1)))
