@@ -365,6 +365,8 @@ def _cache_or_varlen_config(key):
     cfg.head_dim_v = _head_dim_v(qs, vs)
     if f.mode == "varlen":
         batch, max_q, max_k = f.extra
+        if max_q < 0 or max_k < 0:
+            raise ValueError(f"max_seqlen_q = {max_q} and max_seqlen_k = {max_k} must be >= 0")
         if qs[0] == 0:
             return None  # no query row; query rows without a sequence (batch 0) are refused
         cfg.layout = _ffi.FA_LAYOUT_VARLEN
@@ -547,6 +549,8 @@ def _prepare(q, k, v, out, return_lse, stream, causal, softmax_scale, kernel, la
     if out is None:
         o = lse = None
     elif isinstance(out, tuple):
+        if len(out) != 2:
+            raise ValueError(f"out must be an array or a pair (o, lse), got a tuple of {len(out)}")
         o, lse = out
         if lse is not None and not return_lse:
             raise ValueError("out=(o, lse) writes lse only with return_lse=True")
@@ -638,7 +642,9 @@ def _features(mode, window, softcap, alibi_slopes, sinks, batch, heads_q, num_sp
         else:
             raise ValueError(f"alibi_slopes has shape {shape}; expected ({heads_q},) or "
                              f"({batch}, {heads_q})")
-    if softcap is None or softcap < 0:
+    if not hasattr(softcap, "__float__"):  # None, a string: not a number
+        raise TypeError(f"softcap must be a number, got {type(softcap).__name__}")
+    if softcap < 0:
         raise ValueError(f"softcap = {softcap} must be >= 0 (0: off)")
     softcap = float(softcap)
     if softcap > 0 and ctypes.c_float(softcap).value == 0.0:
@@ -1238,7 +1244,14 @@ def merge_states(o_a: Any, lse_a: Any, o_b: Any, lse_b: Any, *, out: Any = None,
     # Inline, not _check_not_broadcast(): this runs on every call (0.1 us against 0.8).
     if not (strides[0] or strides[1] or strides[2]) and shape[0] * shape[1] * shape[2] != 1:
         _check_not_broadcast((("o_a", (shape, strides, None, None)),))
-    o, lse = out if out is not None else (None, None)
+    if out is None:
+        o = lse = None
+    elif type(out) is tuple and len(out) == 2:
+        o, lse = out
+    else:
+        # An array would be unpacked along its first dimension.
+        raise TypeError(f"out must be a pair (o, lse) (either may be None), got "
+                        f"{type(out).__name__}")
     if o is None:
         # o_a's strides: one set of strides describes o_a, o_b and o in fa_merge_config.
         o, to = _tensors.new_strided_output(ta, "out", handle)

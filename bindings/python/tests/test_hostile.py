@@ -290,3 +290,23 @@ def test_lse_out_strides_of_extent_one_dimensions_do_not_matter():
     with pytest.raises(ValueError, match="lse must be a contiguous"):
         flashattn.forward(q, k, v, return_lse=True,
                           out=(np.empty_like(want_o), np.zeros((1, 3, 2), np.float32).transpose(0, 2, 1)))
+
+
+# Defect 18: argument mistakes met Python's own messages: out=(o,) "not enough values to unpack",
+# merge_states(out=array) unpacked the array along its first dimension, softcap="x" "'<' not
+# supported", and a negative max_seqlen was raised to 1 without a word.
+def test_argument_mistakes_are_named():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="pair"):
+        flashattn.forward(q, k, v, out=(np.empty_like(q),))
+    for cap in ("x", None):
+        with pytest.raises(TypeError, match="softcap must be a number"):
+            flashattn.forward(q, k, v, softcap=cap)
+    o = np.ones((2, 3, 2, 8), np.float32)
+    lse = np.zeros((2, 2, 3), np.float32)
+    with pytest.raises(TypeError, match="out must be a pair"):
+        flashattn.merge_states(o, lse, o, lse, out=np.empty_like(o))
+    cu = np.array([0, 3], np.int32)
+    with pytest.raises(ValueError, match="max_seqlen_q = -1"):
+        flashattn.forward_varlen(q[0], k[0], v[0], cu, np.array([0, 5], np.int32),
+                                 max_seqlen_q=-1, max_seqlen_k=5)
