@@ -224,7 +224,10 @@ typedef enum fa_descale {
  *  FA_STATUS_INVALID_ARGUMENT; GPUs ask for 16 bytes (see fa_forward()).
  *  Values: a non-finite value in a K or V row that a row's mask hides may still reach that row's
  *  output when the row shares a computed key block with rows that see it (0 * inf is NaN), as in
- *  other FlashAttention implementations; keep masked cache rows finite. */
+ *  other FlashAttention implementations; keep masked cache rows finite. On CPU contexts a NaN
+ *  score that a row sees (from q, a visible K row or a descale) makes that row's O and LSE NaN
+ *  wherever it falls (since 0.3.0: one in a key block before the row's first finite score read
+ *  as no key). */
 typedef struct fa_config {
   size_t struct_size;   /*!< sizeof(fa_config) of the caller's header; set by fa_config_init(). */
   int32_t dtype;        /*!< fa_dtype of q (and of k, v and o unless kv_dtype / out_dtype say

@@ -314,12 +314,15 @@ void accumulate_rows(Workspace& w, int64_t i, int64_t n_keys) {
 // rescales the row's accumulator and sum by exp(m_old - m_new).
 void softmax_row(Workspace& w, int64_t i, int64_t n_keys) {
   float* sr = w.s.data() + i * kBlockK;
+  // The maxima carry a NaN score along (std::max drops it: in a tile before the row's first
+  // finite score the row then read as empty, o = 0 and lse = -inf, where the header makes it
+  // NaN), so the row's weights, sum and output all become NaN.
   float tile_max = kNegInf;
   for (int64_t j = 0; j < n_keys; ++j) {
-    tile_max = std::max(tile_max, sr[j]);
+    tile_max = sr[j] > tile_max || std::isnan(sr[j]) ? sr[j] : tile_max;
   }
   const float m_old = w.m[static_cast<size_t>(i)];
-  const float m_new = std::max(m_old, tile_max);
+  const float m_new = std::isnan(tile_max) ? tile_max : std::max(m_old, tile_max);
   if (m_new == kNegInf) {
     // Nothing visible yet: exp(-inf - -inf) would be NaN. Masked scores become weight 0.
     std::fill(sr, sr + n_keys, 0.0f);
@@ -450,8 +453,12 @@ void run_unit(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t 
     const float* ar = w.acc.data() + i * dpv;
     auto* dst = o + seq.q_offset(p.o, i0 + i, h);
     // l == 0 only when the row saw no key (every visible key adds exp(0) = 1 at its maximum)
-    // and has no sink. v_descale scales P V, so it joins the normalisation.
-    const float inv = l == 0.0f ? 0.0f : out_scale / l * v_scale;
+    // and has no sink; with a sink, such a row (or one whose keys the sink outweighs past
+    // float's range) has out_scale 0. Then O = 0 whatever v_descale is (0 * inf would be NaN),
+    // but for a sink of +inf or NaN, whose l is NaN. v_descale scales P V, so it joins the
+    // normalisation.
+    const float inv =
+        l == 0.0f || (out_scale == 0.0f && !std::isnan(l)) ? 0.0f : out_scale / l * v_scale;
     for (int64_t c = 0; c < dv; ++c) {
       dst[c] = O::store(ar[c] * inv);
     }

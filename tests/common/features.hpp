@@ -335,7 +335,7 @@ inline FeatureReference feature_reference(const FeatureData& d) {
             s -= m * static_cast<double>(std::llabs(diag - j));
           }
           p[static_cast<size_t>(j)] = s;
-          top = std::max(top, s);
+          if (s > top || std::isnan(s)) top = s;  // a NaN score makes the row NaN (the header)
         }
         const int64_t oi = d.o_index(b, i, h);
         if (top == -kInf) continue;  // nothing visible, no sink: O = 0, LSE = -inf
@@ -345,8 +345,10 @@ inline FeatureReference feature_reference(const FeatureData& d) {
           sum += x;
         }
         for (int64_t j = 0; j < sk; ++j) {
-          const double w = p[static_cast<size_t>(j)] / sum * d.descale_of(d.v_descale, b, g);
-          if (w == 0.0) continue;
+          // A key of weight 0 adds nothing, whatever v_descale is (0 * inf would be NaN).
+          const double pw = p[static_cast<size_t>(j)] / sum;
+          if (pw == 0.0) continue;
+          const double w = pw * d.descale_of(d.v_descale, b, g);
           const int64_t vj = d.v_index(b, j, g);
           for (int64_t x = 0; x < Dv; ++x) {
             r.o[static_cast<size_t>(oi + x)] += w * v[static_cast<size_t>(vj + x)];
@@ -361,8 +363,8 @@ inline FeatureReference feature_reference(const FeatureData& d) {
 
 struct FeatureErrors {
   double o_max = 0.0;     // largest |o - ref| over the rows the case defines
-  double lse_max = 0.0;   // largest |lse - ref| (matching infinities count 0)
-  int64_t bad = 0;        // elements that are NaN, or where an infinity does not match
+  double lse_max = 0.0;   // largest |lse - ref| (matching infinities and NaNs count 0)
+  int64_t bad = 0;        // elements where a NaN or an infinity does not match the reference's
   int64_t written_past = 0;  // o columns past head_dim_v (o_cols() > dim_v()) not left poisoned
 };
 
@@ -377,19 +379,23 @@ inline FeatureErrors compare_features(const FeatureData& d, const void* o, const
       for (int64_t i = 0; i < c.sq[static_cast<size_t>(b)]; ++i) {
         const int64_t oi = d.o_index(b, i, h);
         for (int64_t x = 0; x < c.dim_v(); ++x) {
-          const double got = load_elem(c.o_type(), o, oi + x);
-          if (std::isnan(got)) {
-            ++e.bad;
+          const double got = load_elem(c.o_type(), o, oi + x), want = r.o[static_cast<size_t>(oi + x)];
+          // A NaN on one side only is wrong (std::max would drop |got - NaN|); o starts
+          // poisoned with NaN, so an element never written is one.
+          if (std::isnan(got) || std::isnan(want)) {
+            if (!(std::isnan(got) && std::isnan(want))) ++e.bad;
             continue;
           }
-          e.o_max = std::max(e.o_max, std::fabs(got - r.o[static_cast<size_t>(oi + x)]));
+          e.o_max = std::max(e.o_max, std::fabs(got - want));
         }
         for (int64_t x = c.dim_v(); x < c.o_cols(); ++x) {
           if (!std::isnan(load_elem(c.o_type(), o, oi + x))) ++e.written_past;
         }
         const auto li = static_cast<size_t>(d.lse_index(b, h, i));
         const double got = lse[li], want = r.lse[li];
-        if (std::isinf(want) || std::isinf(got) || std::isnan(got)) {
+        if (std::isnan(got) || std::isnan(want)) {
+          if (!(std::isnan(got) && std::isnan(want))) ++e.bad;
+        } else if (std::isinf(want) || std::isinf(got)) {
           if (got != want) ++e.bad;
         } else {
           e.lse_max = std::max(e.lse_max, std::fabs(got - want));

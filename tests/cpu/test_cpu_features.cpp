@@ -466,6 +466,83 @@ TEST_CASE("varlen length bounds beyond the rows there are run as the rows there"
   run_and_check(cpu, d);
 }
 
+TEST_CASE("a NaN score makes its row NaN wherever it falls; the other rows stay finite") {
+  // std::max drops a NaN: in a key tile before the row's first finite score (every score of the
+  // tile NaN, or the row's only key) the row read as empty (o = 0, lse = -inf, or the sink),
+  // and in the test reference likewise, whose comparison also dropped |got - NaN|.
+  Cpu cpu;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  FeatureCase c;
+  c.dtype = FA_DTYPE_FP32;
+  c.heads_q = c.heads_kv = 1;
+  c.head_dim = 8;
+  for (bool sinks : {false, true}) {
+    CAPTURE(sinks);
+    c.sinks = sinks;
+    // Keys 0-63 (the CPU's first key tile) NaN, key 64 finite: every row NaN.
+    c.sq = {3};
+    c.sk = {65};
+    c.causal = false;
+    FeatureData d = fa_test::make_feature_data(c, 41);
+    for (int64_t j = 0; j < 64; ++j) fa_test::store_elem(c.dtype, d.k.data(), d.k_index(0, j, 0), nan);
+    run_and_check(cpu, d);
+    for (int64_t i = 0; i < 3; ++i) {
+      CHECK(std::isnan(d.lse[static_cast<size_t>(d.lse_index(0, 0, i))]));
+      CHECK(std::isnan(fa_test::load_elem(c.dtype, d.o.data(), d.o_index(0, i, 0))));
+    }
+    // Causal 3 x 3 with key 1 NaN: row 0 sees key 0 only and stays finite; rows 1 and 2 NaN.
+    c.sq = {3};
+    c.sk = {3};
+    c.causal = true;
+    d = fa_test::make_feature_data(c, 42);
+    fa_test::store_elem(c.dtype, d.k.data(), d.k_index(0, 1, 0), nan);
+    run_and_check(cpu, d);
+    CHECK(std::isfinite(d.lse[static_cast<size_t>(d.lse_index(0, 0, 0))]));
+    for (int64_t i = 1; i < 3; ++i) {
+      CHECK(std::isnan(d.lse[static_cast<size_t>(d.lse_index(0, 0, i))]));
+      CHECK(std::isnan(fa_test::load_elem(c.dtype, d.o.data(), d.o_index(0, i, 0))));
+    }
+    // A NaN query row: that row alone.
+    d = fa_test::make_feature_data(c, 43);
+    fa_test::store_elem(c.dtype, d.q.data(), d.q_index(0, 2, 0), nan);
+    run_and_check(cpu, d);
+    CHECK(std::isnan(d.lse[static_cast<size_t>(d.lse_index(0, 0, 2))]));
+    CHECK(std::isfinite(d.lse[static_cast<size_t>(d.lse_index(0, 0, 1))]));
+  }
+}
+
+TEST_CASE("a row that sees no key gets O = 0 beside a sink, whatever v_descale is") {
+  // 0 (no visible key) times an infinite v_descale was NaN on the CPU and in the reference.
+  Cpu cpu;
+  FeatureCase c;
+  c.dtype = FA_DTYPE_BF16;
+  c.kv_dtype = FA_DTYPE_E4M3;
+  c.descale = FA_DESCALE_PER_TENSOR;
+  c.sq = {4};
+  c.sk = {2};
+  c.causal = true;  // rows 0 and 1 see no key
+  c.sinks = true;
+  FeatureData d = fa_test::make_feature_data(c, 44);
+  d.v_descale.assign(d.v_descale.size(), std::numeric_limits<float>::infinity());
+  const fa_run_args args = d.host_args();
+  REQUIRE(fa_forward_ex(cpu.ctx, &d.config, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                        d.lse.data(), &args, nullptr) == FA_STATUS_SUCCESS);
+  // The rows with keys hold v times inf (infinities, or NaN where terms of both signs meet):
+  // only the empty rows are defined, on the backend and in the test reference alike.
+  const fa_test::FeatureReference r = fa_test::feature_reference(d);
+  for (int64_t h = 0; h < c.heads_q; ++h) {
+    for (int64_t i = 0; i < 2; ++i) {
+      const auto li = static_cast<size_t>(d.lse_index(0, h, i));
+      CHECK(d.lse[li] == doctest::Approx(d.sinks[static_cast<size_t>(h)]));
+      CHECK(r.lse[li] == doctest::Approx(d.sinks[static_cast<size_t>(h)]));
+      for (int64_t x = 0; x < c.dim_v(); ++x) {
+        CHECK(fa_test::load_elem(c.dtype, d.o.data(), d.o_index(0, i, h) + x) == 0.0);
+        CHECK(r.o[static_cast<size_t>(d.o_index(0, i, h) + x)] == 0.0);
+      }
+    }
+  }
+}
+
 TEST_CASE("a sink of -inf adds nothing, also to a row that sees no key") {
   Cpu cpu;
   FeatureCase c;
