@@ -61,6 +61,16 @@ def run(args, lib):
     return points
 
 
+def alternate(args, run_pass):
+    """--rounds passes of each build, base, this, this, base, ...: {"base": [...], "this": [...]},
+    each pass run_pass(args, lib) with lib the base directory or "" (the binary's own)."""
+    passes = {"base": [], "this": []}
+    for r in range(args.rounds):
+        for name in (("base", "this") if r % 2 == 0 else ("this", "base")):
+            passes[name].append(run_pass(args, args.base if name == "base" else ""))
+    return passes
+
+
 def run_serving(args, lib):
     """One pass over the serving points with the library in `lib` ("": the binary's own):
     {(d, batch, sq, kv_len, page): (us, kernel)}."""
@@ -80,10 +90,7 @@ def run_serving(args, lib):
 
 def serving(args):
     """--serving: both builds at every serving point; prints and writes compare-serving.csv."""
-    passes = {"base": [], "this": []}
-    for r in range(args.rounds):
-        for name in (("base", "this") if r % 2 == 0 else ("this", "base")):
-            passes[name].append(run_serving(args, args.base if name == "base" else ""))
+    passes = alternate(args, run_serving)
     mean = {name: {key: sum(p[key][0] for p in runs) / len(runs) for key in runs[0]}
             for name, runs in passes.items()}
     rows, ratios = [], {"prefill": [], "decode": []}
@@ -141,10 +148,7 @@ def main():
                              "--window-ms", "1"], check=True, capture_output=True, text=True,
                             env=dict(os.environ, LD_LIBRARY_PATH=args.base)).stdout.splitlines()[0]
     print("base:", header)
-    passes = {"base": [], "this": []}
-    for r in range(args.rounds):
-        for name in (("base", "this") if r % 2 == 0 else ("this", "base")):
-            passes[name].append(run(args, args.base if name == "base" else ""))
+    passes = alternate(args, run)
     rows, ratios = [], []
     print(f"{'d':>7} {'causal':>6} {'seqlen':>6} {'base':>8} {'this':>8} {'ratio':>6}  kernel (this)")
     for key in sorted(passes["this"][0], key=lambda k: (int(k[0].split(":")[0]), k[0], *k[1:])):
