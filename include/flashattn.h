@@ -224,10 +224,11 @@ typedef enum fa_descale {
  *  FA_STATUS_INVALID_ARGUMENT; GPUs ask for 16 bytes (see fa_forward()).
  *  Values: a non-finite value in a K or V row that a row's mask hides may still reach that row's
  *  output when the row shares a computed key block with rows that see it (0 * inf is NaN), as in
- *  other FlashAttention implementations; keep masked cache rows finite. On CPU contexts a NaN
- *  score that a row sees (from q, a visible K row or a descale) makes that row's O and LSE NaN
- *  wherever it falls (since 0.3.0: one in a key block before the row's first finite score read
- *  as no key). */
+ *  other FlashAttention implementations; keep masked cache rows finite. A NaN score that a row
+ *  sees (from q, a visible K row or a descale) makes that row's O and LSE NaN wherever it falls,
+ *  split or not (since 0.3.0: on CPU contexts one in a key block before the row's first finite
+ *  score read as no key; on GPUs the row's LSE read -inf, and a split holding only NaN scores
+ *  beside splits with no key gave O = 0). */
 typedef struct fa_config {
   size_t struct_size;   /*!< sizeof(fa_config) of the caller's header; set by fa_config_init(). */
   int32_t dtype;        /*!< fa_dtype of q (and of k, v and o unless kv_dtype / out_dtype say
@@ -588,8 +589,9 @@ FA_API fa_status fa_merge_config_init(fa_merge_config* config);
  *  @param o, lse  outputs; o may be o_a or o_b and lse may be lse_a or lse_b (in place); other
  *                 overlaps are refused. Written only on success.
  *  @param stream  as fa_forward(): the GPU kernel is launched on it; NULL on a CPU context.
- *  An LSE of +inf or NaN on either side makes that row's o and lse NaN. The call allocates no
- *  host memory.
+ *  An LSE of +inf or NaN on either side makes that row's o and lse NaN (on GPUs since 0.3.0:
+ *  such a row's lse read -inf, and its o 0 for a NaN beside -inf). The call allocates no host
+ *  memory.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL, sizes, strides, tensors of
  *          2^60 elements or more, overlap, and on every backend a pointer not aligned to its
  *          elements: 2 or 4 bytes for o_a, o_b and o, 4 for the LSEs);

@@ -3,7 +3,7 @@
 backend where it runs), in one process, timed back to back.
 
     FLASHATTN_LIBRARY=build/libflashattn.so.0 PYTHONPATH=bindings/python \\
-        python3 tools/bench_serving.py --out results/ [--dtype bf16,fp16] [--quick]
+        python3 tools/bench_serving.py --out results/ [--dtype bf16,fp16] [--quick] [--pages 0,1]
 
 Points (issue 16): chunked prefill (chunks of 256 to 4096 causal query rows against 8k-32k
 cached keys, d 128, 32/8 heads; also d 64 and 256 at 4 x 512, 16k) and decode (Sq 1, 4, 16;
@@ -57,6 +57,8 @@ def parse_args():
     p.add_argument("--max-gib", type=float, default=24.0, help="skip caches larger than this")
     p.add_argument("--quick", action="store_true",
                    help="prefill shapes and decode at batch 8, KV 8k/64k only")
+    p.add_argument("--pages", default=",".join(map(str, PAGES)),
+                   help="comma-separated page sizes (0: contiguous)")
     return p.parse_args()
 
 
@@ -160,7 +162,7 @@ def main():
     found = backends(torch)
     points = []
     for dtype_name in args.dtype.split(","):
-        for page in PAGES:
+        for page in [int(x) for x in args.pages.split(",")]:
             for (b, sq, ctx) in PREFILL:
                 points.append((dtype_name, "prefill", 128, b, sq, ctx, page))
             for (d, b, sq, ctx) in PREFILL_DIMS:

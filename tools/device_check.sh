@@ -2,15 +2,17 @@
 # Build, test, sanitise and benchmark on the GPU machine in one call (device minutes are scarce).
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
-# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged context_parallel example
+# Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged serving_tests
+#        context_parallel example
 #        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
 #        sm90_paged_synccheck python_gpu rust_device
 #        compare before_after serving_before_after sweep autotune decode decode_paged decode_spec
 #        decode_fp8
 #        chunked_prefill varlen copy python_overhead
-# (gpu_features, sm90_paged and context_parallel, the simulated ring of examples/context_parallel,
-# are parts of gpu_tests, for calls that need only them; memcheck runs them all.)
+# (gpu_features, sm90_paged, serving_tests and context_parallel, the simulated ring of
+# examples/context_parallel, are parts of gpu_tests, for calls that need only them; memcheck
+# runs them all.)
 # ring_example and ring_py (asked for by name only) run examples/context_parallel/ring_attention.cpp
 # and .py as one rank (WORLD_SIZE=1: NCCL set up, no transfer; their check against single-GPU
 # attention); ring_nccl and ring_nccl_py (by name only) run them over every GPU of the machine,
@@ -90,6 +92,10 @@ step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" 
   --test-case="every registered kernel*"
 step gpu_features "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_features*"
 step sm90_paged "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
+# The serving paths alone: paged and chunked-prefill reads, malformed tables, the captured decode
+# step, NaN through the kernels, split combine and merge_states.
+step serving_tests "$build/tests/flashattn_gpu_tests" \
+  --test-case="every sm90 kernel reads paged*,*chunked prefill*,malformed*,one captured decode*,*NaN*,merge_states*"
 step context_parallel "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_context_parallel*"
 step example "$build/examples/flashattn_example"
 step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attention" \

@@ -4,6 +4,7 @@
 #include <climits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.hpp"
 #include "cuda/device.hpp"
@@ -18,16 +19,19 @@ KernelFamily const& family_of(KernelConfig const& k) { return *find_family(k.fam
 
 // The table's pick `pick`, or for a paged cache the kernel its family ranks higher for the pages
 // (KernelFamily::paged_rank) among the table's other picks for the head dim and causality,
-// nearest the problem's length first: measured kernels only (at d 256 on pages of 64, the
-// table's B_c-64 pick ran 8% faster than its B_c-80 one; another registered B_c-64 kernel, as
-// slow as the B_c-80 pick).
+// nearest the problem's length first, then its autotuning candidates: measured kernels only (at
+// d 256 on pages of 64, the table's B_c-64 pick ran 8% faster than its B_c-80 one; another
+// registered B_c-64 kernel, as slow as the B_c-80 pick). The candidates hold the d 128 causal
+// table's only three-stage kernel, which gathered pages want (sm90/family.cpp).
 KernelEntry const* better_for_pages(Device const& device, KernelEntry const& pick,
                                     Problem const& p) {
   if (p.layout != Layout::kPagedKv) return &pick;
   KernelFamily const& family = family_of(pick.config);
   int const rank = family.paged_rank(pick.config, p);
   int const arch = device.cc_major * 10 + device.cc_minor;
-  for (KernelConfig const& row : table_picks_nearest(arch, p)) {
+  std::vector<KernelConfig> rows = table_picks_nearest(arch, p);
+  for_each_candidate(arch, p, [&](KernelConfig const& k) { rows.push_back(k); });
+  for (KernelConfig const& row : rows) {
     if (row.family != pick.config.family || family.paged_rank(row, p) <= rank) continue;
     for (KernelEntry const* e : device.kernels) {
       if (e->config == row && cannot_run(device, e->config, p).empty()) return e;

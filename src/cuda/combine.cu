@@ -45,8 +45,15 @@ __device__ __forceinline__ float to_float(T x) {
   }
 }
 
+// The larger of a and b, or NaN where either is: fmaxf drops a NaN, so a split (or a merge
+// side) whose LSE is NaN beside empty ones (-inf) read as no key at all (o = 0, lse = -inf)
+// where the header makes the row NaN, and beside finite ones gave lse = -inf.
+__device__ __forceinline__ float nan_max(float a, float b) {
+  return isnan(a) || isnan(b) ? a + b : fmaxf(a, b);
+}
+
 __device__ __forceinline__ float warp_max(float x) {
-  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  for (int m = 16; m > 0; m /= 2) x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, m));
   return x;
 }
 __device__ __forceinline__ float warp_sum(float x) {
@@ -97,11 +104,11 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 
   float top = -INFINITY;
   for (int s = lane; s < splits; s += 32) {
-    top = fmaxf(top, p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row]);
+    top = nan_max(top, p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row]);
   }
   top = warp_max(top);
   float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
-  float const m = fmaxf(top, sink);
+  float const m = nan_max(top, sink);
   float sum = 0.f;
   for (int s = lane; s < splits; s += 32) {
     float const l = p.lse_partial[(int64_t(s) * p.heads_q + head) * p.partial_rows + row];
@@ -111,8 +118,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   }
   sum = warp_sum(sum) + (sink != -INFINITY ? __expf(sink - m) : 0.f);
   __syncwarp();
-  float const inv = sum > 0.f ? 1.f / sum : 0.f;
-  float const lse = sum > 0.f ? m + logf(sum) : -INFINITY;
+  // sum is 0 (no key and no sink), positive, or NaN (which the row's o and lse then carry).
+  float const inv = sum == 0.f ? 0.f : 1.f / sum;
+  float const lse = sum == 0.f ? -INFINITY : m + logf(sum);
 
   int64_t o_at, lse_at;
   if (p.layout == kLayoutVarlen) {
@@ -161,11 +169,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) merge_kernel(__grid_const
   int64_t const b = item / (p.heads * p.seqlen);
   int64_t const li = (b * p.heads + h) * p.seqlen + i;
   float const la = p.lse_a[li], lb = p.lse_b[li];
-  float const top = fmaxf(la, lb);
+  float const top = nan_max(la, lb);
   float const wa = top == -INFINITY ? 0.f : __expf(la - top);
   float const wb = top == -INFINITY ? 0.f : __expf(lb - top);
   float const sum = wa + wb;
-  float const inv = sum > 0.f ? 1.f / sum : 0.f;
+  float const inv = sum == 0.f ? 0.f : 1.f / sum;  // NaN stays NaN, as in the combine
   int64_t const oi = b * p.o_batch_stride + i * p.o_seq_stride + h * p.o_head_stride;
   T const* a = static_cast<T const*>(p.o_a) + oi;
   T const* bb = static_cast<T const*>(p.o_b) + oi;
@@ -178,7 +186,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) merge_kernel(__grid_const
     out[c] = from_float<T>(x);
   }
   __syncwarp();
-  if (lane == 0) p.lse[li] = sum > 0.f ? top + logf(sum) : -INFINITY;
+  if (lane == 0) p.lse[li] = sum == 0.f ? -INFINITY : top + logf(sum);
 }
 
 template <class Kernel, class... Args>

@@ -39,9 +39,11 @@ struct KernelFamily {
   // bound by reading K and V): 0 when it is not one for `p`; the choice takes the highest.
   int (*decode_rank)(KernelConfig const& k, Problem const& p);
   // How well `k` reads `p`'s paged cache: 0 when `p` is not paged or the family has no
-  // preference, else higher for the kernel whose key blocks the family reads in fewer copies.
-  // The choice gives the measured table's pick up for another of the table's picks of the same
-  // family, head dim and causality with a higher rank (the nearest in length).
+  // preference, else higher for the kernel that reads its key blocks faster (fewer copies, or
+  // more of them in flight).
+  // The choice gives the measured table's pick up for another of the table's picks (the nearest
+  // in length first) or autotuning candidates of the same family, head dim and causality with a
+  // higher rank.
   int (*paged_rank)(KernelConfig const& k, Problem const& p);
   // The schedule of `p` on `kernel` on `device` (the split count is p.num_splits when forced, a
   // heuristic or 1 otherwise; always 1 with `allow_split` false). `kernel` runs `p`.

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <string>
@@ -540,6 +541,44 @@ TEST_CASE("a chunked prefill on a paged cache gets the family its contiguous cac
     INFO("dtype " << dtype << " d " << dim);
     CHECK(families[0] == k.family);
     CHECK(families[1] == k.family);
+  }
+}
+
+TEST_CASE("a chunked prefill on gathered pages gets a three-stage sm90 kernel, where built") {
+  Gpu gpu;
+  // Pages of 1 and 3 rows are gathered by the producer warpgroup; a third stage keeps another
+  // block's copies in flight (1.13-1.27x at d 64 and 128 on the H200). The table's d 128 causal
+  // picks have two stages, its autotuning candidates a three-stage one.
+  for (auto [dtype, dim] : compiled_shapes()) {
+    bool three = false;  // a registered three-stage sm90 kernel of this dtype and dim
+    for (size_t i = 0; i < fa_kernel_count(); ++i) {
+      fa_kernel_config k;
+      fa_kernel_config_init(&k);
+      REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+      three |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim && k.stages >= 3;
+    }
+    for (int64_t page : {1, 3}) {
+      FeatureCase c;
+      c.dtype = dtype;
+      c.head_dim = dim;
+      c.layout = FA_LAYOUT_PAGED_KV;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.sq = {512};
+      c.sk = {16384};
+      c.causal = true;
+      c.num_splits = 1;
+      c.page_size = page;
+      FeatureData d = fa_test::make_feature_data(c, 34);
+      fa_plan_t* plan = nullptr;
+      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+      fa_kernel_config k;
+      fa_kernel_config_init(&k);
+      REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
+      fa_plan_destroy(plan);
+      INFO("dtype " << dtype << " d " << dim << " page " << page << " stages " << k.stages);
+      if (k.family == FA_FAMILY_SM90 && three) CHECK(k.stages >= 3);
+    }
   }
 }
 
@@ -1200,4 +1239,111 @@ TEST_CASE("merge_states on the GPU matches the CPU backend") {
     }
   }
   fa_context_destroy(cpu);
+}
+
+TEST_CASE("merge_states on the GPU: an LSE of NaN or +inf on either side makes the row NaN") {
+  // fmaxf drops a NaN: a NaN side beside an empty one (-inf) merged to o = 0, lse = -inf, and
+  // beside a finite one to lse = -inf (the CPU backend's test has the same grid).
+  Gpu gpu;
+  float const inf = std::numeric_limits<float>::infinity();
+  float const nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> la, lb;
+  for (float bad : {nan, inf}) {
+    for (float other : {-inf, 0.5f, inf, nan}) {
+      la.push_back(bad);
+      lb.push_back(other);
+      la.push_back(other);
+      lb.push_back(bad);
+    }
+  }
+  for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
+    fa_merge_config m;
+    REQUIRE(fa_merge_config_init(&m) == FA_STATUS_SUCCESS);
+    m.dtype = dtype;
+    m.seqlen = static_cast<int64_t>(la.size());
+    m.head_dim = 8;
+    int64_t const n = m.seqlen * m.head_dim;
+    std::vector<unsigned char> oa = fa_test::random_bytes(dtype, n, 3), ob = fa_test::random_bytes(dtype, n, 4);
+    std::vector<unsigned char> o(oa.size());
+    std::vector<float> l(la.size(), 7.0f);
+    DeviceCopy da(oa), db(ob), dla(la), dlb(lb), doo(o), dl(l);
+    REQUIRE(fa_merge_states(gpu.ctx, &m, da.get(), static_cast<float*>(dla.get()), db.get(),
+                            static_cast<float*>(dlb.get()), doo.get(), static_cast<float*>(dl.get()),
+                            nullptr) == FA_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    doo.fetch(o);
+    dl.fetch(l);
+    for (int64_t i = 0; i < m.seqlen; ++i) {
+      CAPTURE(dtype);
+      CAPTURE(la[static_cast<size_t>(i)]);
+      CAPTURE(lb[static_cast<size_t>(i)]);
+      CHECK(std::isnan(l[static_cast<size_t>(i)]));
+      for (int64_t c = 0; c < m.head_dim; ++c) {
+        CHECK(std::isnan(fa_test::load_elem(dtype, o.data(), i * m.head_dim + c)));
+      }
+    }
+  }
+}
+
+TEST_CASE("a NaN score makes its row NaN on every kernel, split or not; the other rows stay finite") {
+  // The header's contract, which the CPU backend keeps: a NaN among a row's visible scores makes
+  // its o and lse NaN. A running maximum or a split combine that drops a NaN (fmaxf) reads a
+  // block of NaN scores as no keys. Each case also runs against the float64 reference (which
+  // counts a NaN on one side only as wrong).
+  Gpu gpu;
+  double const nan = std::numeric_limits<double>::quiet_NaN();
+  int kernels = 0;
+  uint64_t seed = 15000;
+  for (size_t i = 0; i < fa_kernel_count(); i += static_cast<size_t>(sample_step())) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    char name[128];
+    fa_kernel_config_name(&k, name, sizeof name, nullptr);
+    int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
+    FeatureCase c;
+    c.dtype = k.dtype;
+    c.head_dim = k.d_head;
+    c.head_dim_v = dv == k.d_head ? 0 : dv;
+    c.layout = FA_LAYOUT_KV_CACHE;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    for (int splits : {1, 3}) {
+      c.num_splits = splits;
+      // Every key of K/V head 0 but key 0 NaN, so whichever block a kernel or a split takes
+      // first holds NaN scores only: heads 0 and 1 NaN, heads 2 and 3 finite.
+      c.sq = {3};
+      c.sk = {400};
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      for (int64_t j = 1; j < 400; ++j) {
+        fa_test::store_elem(c.dtype, d.k.data(), d.k_index(0, j, 0), nan);
+      }
+      run_plan(gpu, d, &k);
+      check_result(d, name);
+      for (int64_t h = 0; h < 4; ++h) {
+        for (int64_t r = 0; r < 3; ++r) {
+          INFO(name << " splits " << splits << " head " << h << " row " << r);
+          float const lse = d.lse[static_cast<size_t>(d.lse_index(0, h, r))];
+          double const o = fa_test::load_elem(c.dtype, d.o.data(), d.o_index(0, r, h));
+          CHECK(std::isnan(lse) == (h < 2));
+          CHECK(std::isnan(o) == (h < 2));
+        }
+      }
+    }
+    // Causal, 3 queries against 3 keys with key 1 NaN: row 0 sees key 0 alone and stays finite,
+    // rows 1 and 2 are NaN.
+    c.sk = {3};
+    c.causal = true;
+    c.num_splits = 1;
+    FeatureData d = fa_test::make_feature_data(c, ++seed);
+    fa_test::store_elem(c.dtype, d.k.data(), d.k_index(0, 1, 0), nan);
+    run_plan(gpu, d, &k);
+    check_result(d, name);
+    for (int64_t r = 0; r < 3; ++r) {
+      INFO(name << " causal row " << r);
+      CHECK(std::isnan(d.lse[static_cast<size_t>(d.lse_index(0, 0, r))]) == (r > 0));
+    }
+    ++kernels;
+  }
+  MESSAGE(kernels << " kernels with NaN scores");
 }

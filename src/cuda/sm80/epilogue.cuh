@@ -60,7 +60,9 @@ __device__ __forceinline__ void store_tile(
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
       // The running max in natural-log units, and the row's LSE.
-      float top = sum > 0.f ? row_max[mt][kH] * p.lse_scale : -INFINITY;
+      // sum is 0 (no visible key), positive, or NaN (a NaN score: fmaxf kept it out of the
+      // maximum, the exponentials carried it), which inv and the LSE then carry.
+      float top = sum == 0.f ? -INFINITY : row_max[mt][kH] * p.lse_scale;
       float out_scale = 1.f;
       if (sinks != nullptr && row < q_rows) {
         // l' = l e^(m - M) + e^(sink - M) with M = max(m, sink), in natural-log units.
@@ -70,8 +72,8 @@ __device__ __forceinline__ void store_tile(
         out_scale = m == -INFINITY ? 0.f : __expf(m - top);
         sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
       }
-      float const inv = sum > 0.f ? out_scale / sum : 0.f;
-      float const lse = sum > 0.f ? top + logf(sum) : -INFINITY;
+      float const inv = sum == 0.f ? 0.f : out_scale / sum;
+      float const lse = sum == 0.f ? -INFINITY : top + logf(sum);
       static_for<Tr::kDTiles>([&](auto dn) {
         o_acc[mt][dn][2 * kH] *= inv;
         o_acc[mt][dn][2 * kH + 1] *= inv;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <numeric>
 
 #include "core/family_config.hpp"
 #include "core/kernel_config.hpp"
@@ -53,6 +54,20 @@ constexpr int64_t e4m3_slots(KernelConfig const& c) {
 }
 constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
   return pipe_bytes(c, v_cols(c)) + e4m3_slots(c) * 2 * (int64_t(c.B_c) * c.d_head + 16);
+}
+
+// A paged cache's key block is read in TMA boxes of gcd(B_c, page_size) rows (every box within
+// one page) or gathered row by row by the producer warpgroup (16-byte cp.async copies,
+// mainloop_load.cuh) where a box could not start on a swizzle atom (not a multiple of 8 rows:
+// pages of 1, 3, 4, 12, ...). Boxes of 16 rows (pages of 16 at B_c 128: 16 copies per K block
+// at d 128) run chunked prefill at 0.81-0.86x the contiguous speed, but gathering those pages
+// instead ran at 0.80-0.88x the boxes' speed at d 128 (0.98x at d 256; H200, 4 x 512 against 8k
+// and 32k, 4 x 2048 against 16k, 16 x 256 against 8k: docs/performance.md, "Gathered pages:
+// whole sectors"), so boxes stay wherever they can. An e4m3 cache is never gathered (its
+// producer converts TMA-filled byte stages; family.cpp refuses such page sizes).
+constexpr int64_t page_box_rows(int64_t b_c, int64_t page_size) { return std::gcd(b_c, page_size); }
+constexpr bool gathers_pages(int64_t b_c, int64_t page_size) {
+  return page_box_rows(b_c, page_size) % 8 != 0;
 }
 
 namespace rules {

@@ -77,7 +77,9 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   for (int r = 0; r < 2; ++r) {
     float sum = detail::quad_sum(softmax.row_sum[r]);
     // natural log
-    float top = sum > 0.f ? softmax.row_max[r] * c[r] * 0.69314718055994531f : -INFINITY;
+    // sum is 0 (no visible key), positive, or NaN (a NaN score: fmaxf kept it out of the
+    // maximum, the exponentials carried it), which inv and the LSE then carry.
+    float top = sum == 0.f ? -INFINITY : softmax.row_max[r] * c[r] * 0.69314718055994531f;
     float out_scale = 1.f;
     if (kGeneral && p.sinks != nullptr && !split_out) {
       float const sink = p.sinks[w.head];
@@ -86,8 +88,8 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
       out_scale = m == -INFINITY ? 0.f : __expf(m - top);
       sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
     }
-    inv[r] = sum > 0.f ? out_scale / sum : 0.f;
-    lse[r] = sum > 0.f ? top + logf(sum) : -INFINITY;
+    inv[r] = sum == 0.f ? 0.f : out_scale / sum;
+    lse[r] = sum == 0.f ? -INFINITY : top + logf(sum);
   }
   // The warpgroup's rows all in the sequence (uniform over its 128 threads, as the barriers in
   // store_o_tma need).

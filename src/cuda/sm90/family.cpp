@@ -1,7 +1,6 @@
 // The sm90 family's rules (sm_90a): what its TMA-fed kernels do not run, and its persistent grid.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 #include <string>
 
 #include "cuda/device.hpp"
@@ -14,8 +13,9 @@ namespace fa::cuda::sm90 {
 namespace {
 
 // It reads every tensor through TMA maps (tensor_map.hpp), a paged cache's in boxes of
-// gcd(B_c, page_size) rows or, for small pages, gathered by its producer warpgroup
-// (mainloop_load.cuh), and keeps raw scores with the scale folded into exp2 (softmax.cuh).
+// gcd(B_c, page_size) rows or, where those would not be a multiple of 8 rows, gathered by its
+// producer warpgroup (config.hpp's gathers_pages, mainloop_load.cuh), and keeps raw scores with
+// the scale folded into exp2 (softmax.cuh).
 // A head dim below the kernel's runs with the columns past it zero-filled on load (the maps
 // span head_dim columns; TMA fills a box's part outside them with zeros, and the gather
 // zero-fills its 16-byte chunks there) and never written (a TMA store clips at the map's
@@ -34,7 +34,7 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
     }
     // TMA boxes of whole pages' rows; a page size whose boxes the producer would gather
     // (gcd(B_c, page_size) not a multiple of 8) runs on the mma.sync family.
-    if (p.layout == Layout::kPagedKv && std::gcd(int64_t(k.B_c), p.page_size) % 8 != 0) {
+    if (p.layout == Layout::kPagedKv && gathers_pages(k.B_c, p.page_size)) {
       return "fa_config.page_size = " + std::to_string(p.page_size) + ": the sm90 family reads "
              "e4m3 pages in TMA boxes of a multiple of 8 rows (gcd(B_c, page_size))";
     }
@@ -69,11 +69,15 @@ int decode_rank(KernelConfig const&, Problem const&) { return 0; }
 // on the H200 and boxes of 64 rows or more 0-3% (docs/performance.md, "Hopper serving"): at d 256,
 // chunked prefill of 4 x 512 against 16k at pages 64 and 256 took 1957-1965 us with B_c 80 and
 // 1804-1812 us with B_c 64 (contiguous 1675 and 1836). Rank 1: boxes under 32 rows; 2: boxes of
-// 64 rows or more; 0 otherwise (rows gathered, or boxes of 32-63 rows: no measured preference).
+// 64 rows or more; 0 otherwise (boxes of 32-63 rows: no measured preference). Gathered pages
+// (gathers_pages): rank 1 with three stages, 0 with two. The producer's copies of a third block
+// in flight hide the gather's latency: on pages of 1, chunked prefill ran 1.13-1.27x faster on
+// the three-stage 128 x 128 tile than on the two-stage picks at d 64 and d 128 (0.80-0.84x the
+// contiguous speed; H200, docs/performance.md, "Gathered pages: whole sectors").
 int paged_rank(KernelConfig const& k, Problem const& p) {
   if (p.layout != Layout::kPagedKv || p.page_size <= 0) return 0;
-  int64_t const box = std::gcd(int64_t(k.B_c), p.page_size);
-  if (box % 8 != 0) return 0;
+  if (gathers_pages(k.B_c, p.page_size)) return k.stages >= 3 ? 1 : 0;
+  int64_t const box = page_box_rows(k.B_c, p.page_size);
   return box < 32 ? 1 : box >= 64 ? 2 : 0;
 }
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 
 #include "cuda/sm90/config.hpp"
 #include "cuda/sm90/kernel.cuh"
@@ -77,12 +76,8 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   int64_t const q_batch = varlen ? 1 : p.batch;
   int64_t const k_batch = varlen ? 1 : paged ? p.num_pages : p.batch;
   int64_t const heads_kv = p.heads_q / p.q_heads_per_kv;
-  params.kv_box_rows = paged ? std::gcd(C.B_c, p.page_size) : C.B_c;
-  // Boxes of 16 rows (pages of 16 at B_c = 128: 16 TMA copies per K block at d = 128) ran
-  // chunked prefill at 0.78-0.82x the contiguous cache's speed on an H100, boxes of 64 at
-  // 0.97-1.01x; gathering the rows instead ran at 0.45x on an H200 (docs/performance.md), so
-  // only boxes that cannot start on a swizzle atom (not a multiple of 8 rows) are gathered.
-  params.kv_gather = paged && params.kv_box_rows % 8 != 0 ? 1 : 0;
+  params.kv_box_rows = paged ? int32_t(page_box_rows(C.B_c, p.page_size)) : C.B_c;
+  params.kv_gather = paged && gathers_pages(C.B_c, p.page_size) ? 1 : 0;  // config.hpp
   // An e4m3 cache (family.cpp admits it on fp8_kv_tile kernels, never gathered) is read as
   // bytes in boxes of whole rows (kD bytes) into the e4m3 stages (tile.cuh).
   bool const e4m3 = p.kv_e4m3 != 0;

@@ -9,8 +9,8 @@
 //     table names (a box of a multiple of 8 rows lands on a 1024-byte boundary, where the
 //     swizzle pattern restarts);
 //   - a paged cache whose boxes would not be a multiple of 8 rows (pages of 1, 3, 4, 12, ...;
-//     Params::kv_gather): the whole warpgroup gathers rows with 16-byte cp.async copies,
-//     applying the swizzle itself.
+//     config.hpp's gathers_pages, Params::kv_gather): the whole warpgroup gathers rows with
+//     16-byte cp.async copies, applying the swizzle itself.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ constexpr int gather_row_chunks() {
   return 32 % (T::kD / 8) == 0 ? T::kD / 8 : 8;
 }
 
-// Adjacent 16-byte chunks a gathering thread copies per row (gather_kv): 4, 2 or 1, the most
+// 16-byte chunks a gathering thread copies per row (gather_kv): 4, 2 or 1, the most
 // that leave whole passes of rows over a key block and a power of two of threads per row.
 template <class T>
 constexpr int gather_chunks_per_thread() {
@@ -44,7 +44,7 @@ constexpr int gather_chunks_per_thread() {
 }
 
 // The K and V blocks of one tile gathered from a paged cache by the 128 producer threads: each
-// copies 1 to 4 adjacent 16-byte chunks of a row per pass (gather_chunks_per_thread), rows past the
+// copies 1 to 4 16-byte chunks of a row per pass (gather_chunks_per_thread), rows past the
 // sequence's keys as zeros (so the table's padding is never followed and no stale value reaches
 // P V), table entries clamped into [0, num_pages). A warp's 32 lanes copy kBc / 4 rows of each
 // block (at d 128: 8 rows of 16 chunks per pass), so each lane looks up the page of one or two of
@@ -69,7 +69,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   constexpr int kGroups = T::kD / 8 / kChunks;     // K's
   constexpr int kVGroups = T::kDv / 8 / kChunks;  // V's (Tile::kDv columns)
   static_assert(T::kDv % (8 * kChunks) == 0, "gather: V's columns in whole passes");
-  // Adjacent chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
+  // Chunks per thread and row: 4 (64 bytes) where whole passes of rows result, else 2
   // or 1 (2 at d 128 with 176 keys and d 192 with 96, 1 at d 192 with 112). The copies of one
   // row share its page look-up, shuffle and address: with one chunk per thread, a copy took
   // about 16 instructions in a dependent chain on the producer's 24 registers (then its
@@ -86,10 +86,14 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   static_assert(T::kBc % kRowsPerPass == 0 && 32 % kWarpRows == 0, "gather: rows per pass");
   static_assert(kSlots <= 2, "gather: a lane looks up at most two rows per block");
   int const lane = ptid % 32, warp = ptid / 32;
-  // This thread's first chunk of a row, and its row in its warp's pass.
-  int const chunk = (ptid % kRowThreads) * kPerThread, sub = lane / kRowThreads;
-  // The chunks' place in a stage: their 64-column block (one for all kPerThread of them), then
-  // the 16-byte unit within the row (group g adds g * kChunks chunks, whole 64-column blocks).
+  // This thread's first chunk of a row, and its row in its warp's pass. Its kPerThread chunks
+  // are kRowThreads apart (chunk, chunk + kRowThreads, ...), so one copy instruction of the
+  // kRowThreads threads of a row covers kRowThreads adjacent chunks: whole 32-byte sectors. (With
+  // each thread's chunks adjacent, one instruction's 16-byte pieces lay 64 bytes apart and every
+  // sector was fetched from L2 twice, by two instructions.)
+  int const chunk = ptid % kRowThreads, sub = lane / kRowThreads;
+  // The first chunk's place in a stage: its 64-column block, then its 16-byte unit within the
+  // row (chunk j adds j * kRowThreads chunks, group g adds g * kChunks: whole 64-column blocks).
   uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
   uint32_t const unit = chunk % 8;
   int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
@@ -117,9 +121,9 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out, the
   // compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes and
   // spilling them to local memory under the producer's 24 registers of then (ptxas did, 152
-  // bytes: one local load per pass in the loop). Chunk j of the thread's kPerThread sits at
-  // unit + j, whose swizzled place is the first's XOR j (unit is a multiple of kPerThread, a
-  // power of two).
+  // bytes: one local load per pass in the loop). Chunk j of the thread's kPerThread sits
+  // j * kRowThreads / 8 blocks on, at unit + j * kRowThreads % 8, whose swizzled place is the
+  // first's XOR that (below 8, kRowThreads is a power of two above unit).
   int const r0 = warp * kWarpRows + sub;
   uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
@@ -157,8 +161,11 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
                             ((i * kRowsPerPass / 4) & 1 ? swizzle[1] : swizzle[0]);
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
-          bool const in_cols = !kGeneral || (chunk + g * kChunks + j) * 8 < cols;
-          ptx::cp_async_16_zfill(dst + (at ^ uint32_t(j << 4)), src + j * 8, in_keys && in_cols);
+          uint32_t const block = uint32_t(j * kRowThreads / 8) * T::kBc * 128;
+          uint32_t const flip = uint32_t(j * kRowThreads % 8) << 4;
+          bool const in_cols = !kGeneral || (chunk + g * kChunks + j * kRowThreads) * 8 < cols;
+          ptx::cp_async_16_zfill(dst + block + (at ^ flip), src + j * kRowThreads * 8,
+                                 in_keys && in_cols);
         }
       };
       // Several chunks per thread: passes in a loop, so the copies of one pass are in flight
