@@ -10,6 +10,7 @@
 #include "cuda/family_cases.hpp"
 #include "cuda/heuristic.hpp"
 #include "cuda/sm90/config.hpp"
+#include "cuda/sm90/family.hpp"
 
 namespace fa::cuda {
 
@@ -63,6 +64,30 @@ TEST_SUITE("family") {
     int visited = 0;
     for_each_candidate(90, p, [&](KernelConfig const&) { ++visited; });
     CHECK(visited == 0);
+  }
+
+  TEST_CASE("gathered pages at d 64 and 128: a three-stage sm90 kernel among the table's picks or candidates") {
+    // The choice gives a paged problem's pick up for a higher-ranked kernel among the table's
+    // picks, then its candidates (choice.cpp's better_for_pages); on gathered pages the sm90
+    // family ranks three stages above two (1.13-1.29x on pages of 1, H200). The d 128 causal
+    // rows' picks all have two stages, so their candidates must hold the three-stage tile.
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        Problem p = test::dense_problem(4, 512, 16384, 32, 8, d);
+        p.causal = causal;
+        p.layout = Layout::kPagedKv;
+        p.page_size = 1;
+        std::vector<KernelConfig> rows = table_picks_nearest(90, p);
+        for_each_candidate(90, p, [&](KernelConfig const& k) { rows.push_back(k); });
+        bool three = false;
+        for (KernelConfig const& k : rows) {
+          three |= k.family == FA_FAMILY_SM90 && k.stages >= 3 &&
+                   sm90::kFamily.paged_rank(k, p) > sm90::kFamily.paged_rank(rows[0], p);
+        }
+        INFO("d " << d << " causal " << causal);
+        CHECK(three);
+      }
+    }
   }
 
   TEST_CASE("every sm90 row's kernel holds the value head dim its row serves") {

@@ -45,7 +45,7 @@ TEST_SUITE("family") {
     CHECK(f.cannot_run(k, strided).empty());
   }
 
-  TEST_CASE("sm90: a paged cache ranks kernels by the rows of their TMA boxes") {
+  TEST_CASE("sm90: a paged cache ranks kernels by the rows of their TMA boxes, gathered rows by their stages") {
     KernelFamily const& f = sm90::kFamily;
     Problem p = test::dense_problem(4, 512, 16384, 32, 8, 256);
     auto rank = [&](int B_c, int64_t page) {
@@ -62,9 +62,22 @@ TEST_SUITE("family") {
     CHECK(rank(128, 16) == 1);
     CHECK(rank(64, 16) == 1);   // no tile does better at page 16
     CHECK(rank(128, 32) == 0);  // boxes of 32 rows: no measured preference
-    CHECK(rank(128, 1) == 0);   // gathered rows
+    CHECK(rank(128, 1) == 0);   // gathered rows, two stages
     CHECK(rank(128, 12) == 0);
     CHECK(sm80::kFamily.paged_rank(test::mma_sync_kernel(64, 128, 4), p) == 0);
+    // Gathered rows: a third stage keeps another block's copies in flight; TMA boxes rank by
+    // their rows whatever the stages.
+    KernelConfig three = test::sm90_kernel(128, true, 128);
+    three.stages = 3;
+    for (int64_t page : {1, 3, 12, 100}) {
+      p.page_size = page;
+      CHECK(f.paged_rank(three, p) == 1);
+      CHECK(f.paged_rank(test::sm90_kernel(128, true, 128), p) == 0);
+    }
+    p.page_size = 16;
+    CHECK(f.paged_rank(three, p) == 1);
+    p.page_size = 64;
+    CHECK(f.paged_rank(three, p) == 2);
   }
 
   TEST_CASE("sm90: never packs or decodes; a persistent grid has a block per SM at most") {
