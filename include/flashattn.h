@@ -277,7 +277,7 @@ typedef struct fa_config {
                              less than 1, and its LSE includes the sink. A row with no visible
                              key then gets O = 0 and LSE = the sink's logit. A sink of -inf adds
                              nothing; one of +inf or NaN makes its rows' O and LSE
-                             NaN. */
+                             NaN (on GPUs since 0.3.0: they read O = 0, LSE = -inf). */
   int32_t num_splits;   /*!< GPU only: split each sequence's keys across this many thread blocks
                              whose partial results a second kernel merges (split-KV; pays for
                              decode, where few query rows meet many keys). 0 (default) lets the

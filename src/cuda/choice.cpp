@@ -21,8 +21,8 @@ KernelFamily const& family_of(KernelConfig const& k) { return *find_family(k.fam
 // (KernelFamily::paged_rank) among the table's other picks for the head dim and causality,
 // nearest the problem's length first, then its autotuning candidates: measured kernels only (at
 // d 256 on pages of 64, the table's B_c-64 pick ran 8% faster than its B_c-80 one; another
-// registered B_c-64 kernel, as slow as the B_c-80 pick). The candidates hold the d 128 causal
-// table's only three-stage kernel, which gathered pages want (sm90/family.cpp).
+// registered B_c-64 kernel, as slow as the B_c-80 pick). The candidates hold the d 128 tables'
+// only three-stage kernel, which gathered pages want (sm90/family.cpp).
 KernelEntry const* better_for_pages(Device const& device, KernelEntry const& pick,
                                     Problem const& p) {
   if (p.layout != Layout::kPagedKv) return &pick;

@@ -547,8 +547,8 @@ TEST_CASE("a chunked prefill on a paged cache gets the family its contiguous cac
 TEST_CASE("a chunked prefill on gathered pages gets a three-stage sm90 kernel, where built") {
   Gpu gpu;
   // Pages of 1 and 3 rows are gathered by the producer warpgroup; a third stage keeps another
-  // block's copies in flight (1.13-1.27x at d 64 and 128 on the H200). The table's d 128 causal
-  // picks have two stages, its autotuning candidates a three-stage one.
+  // block's copies in flight (1.12-1.27x at d 64 and 128 on the H200). The table's d 128 picks
+  // have two stages, its autotuning candidates a three-stage one.
   for (auto [dtype, dim] : compiled_shapes()) {
     bool three = false;  // a registered three-stage sm90 kernel of this dtype and dim
     for (size_t i = 0; i < fa_kernel_count(); ++i) {

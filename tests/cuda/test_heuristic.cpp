@@ -5,14 +5,27 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
+#include "cuda/device.hpp"
+#include "cuda/family.hpp"
 #include "cuda/family_cases.hpp"
 #include "cuda/heuristic.hpp"
+#include "cuda/kernel_entry.hpp"
+#include "cuda/sm80/family.hpp"
 #include "cuda/sm90/config.hpp"
 #include "cuda/sm90/family.hpp"
 
 namespace fa::cuda {
+
+// The families the choice asks for a kernel's rules: the library's generated list names those its
+// build compiles for (the CPU-only build none); these tests link both families' host rules.
+KernelFamily const* find_family(int32_t family) {
+  return family == FA_FAMILY_SM90 ? &sm90::kFamily
+         : family == FA_FAMILY_MMA_SYNC ? &sm80::kFamily
+                                        : nullptr;
+}
 
 TEST_SUITE("family") {
   TEST_CASE("the table's picks nearest a length: the covering row, then below and above in turn") {
@@ -66,28 +79,54 @@ TEST_SUITE("family") {
     CHECK(visited == 0);
   }
 
-  TEST_CASE("gathered pages at d 64 and 128: a three-stage sm90 kernel among the table's picks or candidates") {
-    // The choice gives a paged problem's pick up for a higher-ranked kernel among the table's
-    // picks, then its candidates (choice.cpp's better_for_pages); on gathered pages the sm90
-    // family ranks three stages above two (1.13-1.29x on pages of 1, H200). The d 128 causal
-    // rows' picks all have two stages, so their candidates must hold the three-stage tile.
+  TEST_CASE("a paged chunked prefill's choice: three stages on gathered pages, the pick's boxes or larger otherwise") {
+    // choose_kernel on an H100-like device holding every sm_90 pick and autotuning candidate of
+    // the table (host only: nothing is launched). A paged problem gives its pick up for the
+    // first of the table's picks (nearest in length), then its candidates, that the family
+    // ranks higher (choice.cpp's better_for_pages, sm90/family.cpp's paged_rank).
+    std::vector<KernelEntry> entries;
+    for (ChoicePick const& pick : choice_picks()) {
+      if (pick.arch == 90 && pick.config.family == FA_FAMILY_SM90) entries.push_back({pick.config, nullptr, nullptr, nullptr, nullptr});
+    }
+    for (ChoiceCandidate const& c : choice_candidates()) {
+      if (c.arch == 90 && c.config.family == FA_FAMILY_SM90) entries.push_back({c.config, nullptr, nullptr, nullptr, nullptr});
+    }
+    for (KernelEntry& e : entries) e.config.dtype = DType::kBF16;
+    Device device;
+    device.cc_major = 9;
+    device.sm_count = 132;
+    device.smem_per_block_optin = 227 * 1024;
+    for (KernelEntry const& e : entries) device.kernels.push_back(&e);
+    auto choose = [&](int64_t d, bool causal, int64_t page) {
+      Problem p = test::dense_problem(4, 512, 16384, 32, 8, d);
+      p.causal = causal;
+      p.layout = page == 0 ? Layout::kKvCache : Layout::kPagedKv;
+      p.page_size = page;
+      p.max_pages_per_seq = page == 0 ? 0 : 16384 / page;
+      p.num_pages = page == 0 ? 0 : 4 * p.max_pages_per_seq;
+      KernelEntry const* chosen = nullptr;
+      REQUIRE(choose_kernel(device, p, &chosen) == FA_STATUS_SUCCESS);
+      return chosen->config;
+    };
     for (int64_t d : {64, 128}) {
       for (bool causal : {false, true}) {
-        Problem p = test::dense_problem(4, 512, 16384, 32, 8, d);
-        p.causal = causal;
-        p.layout = Layout::kPagedKv;
-        p.page_size = 1;
-        std::vector<KernelConfig> rows = table_picks_nearest(90, p);
-        for_each_candidate(90, p, [&](KernelConfig const& k) { rows.push_back(k); });
-        bool three = false;
-        for (KernelConfig const& k : rows) {
-          three |= k.family == FA_FAMILY_SM90 && k.stages >= 3 &&
-                   sm90::kFamily.paged_rank(k, p) > sm90::kFamily.paged_rank(rows[0], p);
-        }
         INFO("d " << d << " causal " << causal);
-        CHECK(three);
+        KernelConfig const contiguous = choose(d, causal, 0);
+        // Gathered pages (1, 3): a three-stage tile, a candidate where the picks have none.
+        CHECK(choose(d, causal, 1).stages == 3);
+        CHECK(choose(d, causal, 3).stages == 3);
+        // Pages of 16: every tile reads boxes of 16 rows; the pick stays.
+        CHECK(choose(d, causal, 16) == contiguous);
+        // Pages of 64: boxes of 64 rows where the pick's are smaller.
+        KernelConfig const at_64 = choose(d, causal, 64);
+        CHECK(std::gcd(int64_t(at_64.B_c), int64_t(64)) == 64);
       }
     }
+    // d 192 causal: the picks' B_c 96 reads pages of 64 in boxes of 32 rows; a candidate of
+    // B_c 112 (boxes of 16 rows) must not take its place.
+    KernelConfig const d192 = choose(192, true, 64);
+    CHECK(d192 == choose(192, true, 0));
+    CHECK(std::gcd(int64_t(d192.B_c), int64_t(64)) >= 32);
   }
 
   TEST_CASE("every sm90 row's kernel holds the value head dim its row serves") {

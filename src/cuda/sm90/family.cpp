@@ -68,17 +68,18 @@ int decode_rank(KernelConfig const&, Problem const&) { return 0; }
 // 16; pages of 64 and 256 under the d 256 tables' B_c of 80) cost 12-16% of the contiguous speed
 // on the H200 and boxes of 64 rows or more 0-3% (docs/performance.md, "Hopper serving"): at d 256,
 // chunked prefill of 4 x 512 against 16k at pages 64 and 256 took 1957-1965 us with B_c 80 and
-// 1804-1812 us with B_c 64 (contiguous 1675 and 1836). Rank 1: boxes under 32 rows; 2: boxes of
-// 64 rows or more; 0 otherwise (boxes of 32-63 rows: no measured preference). Gathered pages
-// (gathers_pages): rank 1 with three stages, 0 with two. The producer's copies of a third block
-// in flight hide the gather's latency: on pages of 1, chunked prefill ran 1.13-1.27x faster on
-// the three-stage 128 x 128 tile than on the two-stage picks at d 64 and d 128 (0.80-0.84x the
+// 1804-1812 us with B_c 64 (contiguous 1675 and 1836). So the rank grows with the box: 1 under
+// 32 rows, 2 for 32-63 (not measured; fewer copies per block than 16-row boxes), 3 for 64 or
+// more. Gathered pages (gathers_pages: the same for every B_c at a page size, all multiples of
+// 16) rank by their stages, 1 with three and 0 with two: the producer's copies of a third block
+// in flight hide the gather's latency (on pages of 1, chunked prefill ran 1.12-1.27x faster on
+// the three-stage 128 x 128 tile than on the two-stage picks at d 64 and d 128, 0.81-0.84x the
 // contiguous speed; H200, docs/performance.md, "Gathered pages: whole sectors").
 int paged_rank(KernelConfig const& k, Problem const& p) {
   if (p.layout != Layout::kPagedKv || p.page_size <= 0) return 0;
   if (gathers_pages(k.B_c, p.page_size)) return k.stages >= 3 ? 1 : 0;
   int64_t const box = page_box_rows(k.B_c, p.page_size);
-  return box < 32 ? 1 : box >= 64 ? 2 : 0;
+  return box < 32 ? 1 : box < 64 ? 2 : 3;
 }
 
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,

@@ -88,9 +88,10 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   int const lane = ptid % 32, warp = ptid / 32;
   // This thread's first chunk of a row, and its row in its warp's pass. Its kPerThread chunks
   // are kRowThreads apart (chunk, chunk + kRowThreads, ...), so one copy instruction of the
-  // kRowThreads threads of a row covers kRowThreads adjacent chunks: whole 32-byte sectors. (With
-  // each thread's chunks adjacent, one instruction's 16-byte pieces lay 64 bytes apart and every
-  // sector was fetched from L2 twice, by two instructions.)
+  // kRowThreads threads of a row covers kRowThreads adjacent chunks: whole 32-byte sectors where
+  // rows start on 32 bytes. (With each thread's chunks adjacent, one instruction's 16-byte
+  // pieces lay 16 * kPerThread bytes apart and every sector was fetched from L2 twice, by two
+  // instructions: page 1 ran 1.05-1.20x slower at d 128 and d 256 on the H200.)
   int const chunk = ptid % kRowThreads, sub = lane / kRowThreads;
   // The first chunk's place in a stage: its 64-column block, then its 16-byte unit within the
   // row (chunk j adds j * kRowThreads chunks, group g adds g * kChunks: whole 64-column blocks).

@@ -55,13 +55,14 @@ TEST_SUITE("family") {
     };
     CHECK(rank(80, 0) == 0);    // not paged
     CHECK(rank(80, 64) == 1);   // boxes of 16 rows
-    CHECK(rank(64, 64) == 2);   // whole blocks in a page
+    CHECK(rank(64, 64) == 3);   // whole blocks in a page
     CHECK(rank(80, 256) == 1);
-    CHECK(rank(64, 256) == 2);
-    CHECK(rank(128, 64) == 2);  // two boxes of 64 rows per block
+    CHECK(rank(64, 256) == 3);
+    CHECK(rank(128, 64) == 3);  // two boxes of 64 rows per block
     CHECK(rank(128, 16) == 1);
     CHECK(rank(64, 16) == 1);   // no tile does better at page 16
-    CHECK(rank(128, 32) == 0);  // boxes of 32 rows: no measured preference
+    CHECK(rank(128, 32) == 2);  // boxes of 32 rows: between 16 and 64
+    CHECK(rank(96, 48) == 2);
     CHECK(rank(128, 1) == 0);   // gathered rows, two stages
     CHECK(rank(128, 12) == 0);
     CHECK(sm80::kFamily.paged_rank(test::mma_sync_kernel(64, 128, 4), p) == 0);
@@ -77,7 +78,7 @@ TEST_SUITE("family") {
     p.page_size = 16;
     CHECK(f.paged_rank(three, p) == 1);
     p.page_size = 64;
-    CHECK(f.paged_rank(three, p) == 2);
+    CHECK(f.paged_rank(three, p) == 3);
   }
 
   TEST_CASE("sm90: never packs or decodes; a persistent grid has a block per SM at most") {
