@@ -1,6 +1,6 @@
 // Times libflashattn's forward on the FlashAttention-paper grid and prints TFLOP/s.
 //
-//   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16] [--head-dims 64,192:128,...]
+//   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16|e4m3] [--head-dims 64,192:128,...]
 //                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
 //                   [--autotune] [--window-ms MS]
 //
@@ -15,6 +15,8 @@
 // shorter window). Without --kernel the context's own choice runs (what fa_forward() picks);
 // --all-kernels times every registered kernel of the dtype and head dim. --autotune runs
 // fa_autotune() at each point after timing the default choice, then times the tuned choice too.
+// --dtype e4m3 times the FP8 kernels: e4m3 Q, K and V (standard normal values rounded to e4m3,
+// descales 1), O in bf16.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -61,6 +63,34 @@ std::vector<uint16_t> random_16bit(size_t n, int dtype, uint64_t seed) {
       uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
       x = e < 113 ? sign : static_cast<uint16_t>(sign | ((e - 112) << 10) | ((bits >> 13) & 0x3FF));
     }
+  }
+  return out;
+}
+
+// Standard normal, rounded to e4m3 (e4m3fn) bytes: to nearest on the 3-bit mantissa, subnormals
+// below 2^-6, saturated at 448.
+std::vector<uint8_t> random_e4m3(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint8_t> out(n);
+  for (uint8_t& x : out) {
+    float const f = dist(rng), a = std::fabs(f);
+    uint8_t const sign = f < 0 ? 0x80 : 0;
+    int e = 0;
+    int m = 0;
+    if (a < 0x1p-6f) {
+      m = static_cast<int>(std::nearbyint(a * 512.f));  // subnormal m * 2^-9 (m = 8: 2^-6)
+      e = m == 8 ? 1 : 0;
+      m = m == 8 ? 0 : m;
+    } else {
+      int exp = 0;
+      float const frac = std::frexp(a, &exp);  // a = frac 2^exp, frac in [0.5, 1)
+      m = static_cast<int>(std::nearbyint((frac * 2.f - 1.f) * 8.f));
+      e = exp - 1 + 7;
+      if (m == 8) m = 0, ++e;
+      if (e > 15 || (e == 15 && m > 6)) e = 15, m = 6;  // 448
+    }
+    x = static_cast<uint8_t>(sign | (e << 3) | m);
   }
   return out;
 }
@@ -115,8 +145,11 @@ Options parse_args(int argc, char** argv) {
     };
     if (a == "--dtype") {
       std::string d = next();
-      o.dtype = d == "bf16" ? FA_DTYPE_BF16 : d == "fp16" ? FA_DTYPE_FP16 : 0;
-      if (o.dtype == 0) die("--dtype must be bf16 or fp16");
+      o.dtype = d == "bf16"   ? FA_DTYPE_BF16
+                : d == "fp16" ? FA_DTYPE_FP16
+                : d == "e4m3" ? FA_DTYPE_E4M3
+                              : 0;
+      if (o.dtype == 0) die("--dtype must be bf16, fp16 or e4m3");
     } else if (a == "--head-dims") {
       o.head_dims = parse_dims(next());
     } else if (a == "--causal") {
@@ -163,10 +196,17 @@ int main(int argc, char** argv) {
   void *q, *k, *v, *o;
   for (void** p : {&q, &k, &v, &o}) check_cuda(cudaMalloc(p, elems * 2), "cudaMalloc");
   uint64_t seed = 1;
+  bool const e4m3 = opt.dtype == FA_DTYPE_E4M3;
   for (void* p : {q, k, v}) {
-    std::vector<uint16_t> host = random_16bit(elems, opt.dtype, seed++);
-    check_cuda(cudaMemcpy(p, host.data(), elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+    if (e4m3) {
+      std::vector<uint8_t> host = random_e4m3(elems, seed++);
+      check_cuda(cudaMemcpy(p, host.data(), elems, cudaMemcpyHostToDevice), "cudaMemcpy");
+    } else {
+      std::vector<uint16_t> host = random_16bit(elems, opt.dtype, seed++);
+      check_cuda(cudaMemcpy(p, host.data(), elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
   }
+  char const* const dtype_label = e4m3 ? "e4m3" : opt.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16";
   cudaEvent_t start, stop;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
@@ -209,6 +249,7 @@ int main(int argc, char** argv) {
         fa_config cfg;
         check(fa_config_init(&cfg), "fa_config_init");
         cfg.dtype = opt.dtype;
+        if (e4m3) cfg.kv_dtype = FA_DTYPE_E4M3;  // o: bf16, fa_config.out_dtype's default
         cfg.batch = kTokens / seqlen;
         cfg.seqlen_q = cfg.seqlen_k = seqlen;
         cfg.heads_q = cfg.heads_kv = heads_for(d);
@@ -246,7 +287,7 @@ int main(int argc, char** argv) {
           std::string name = std::string(label) + name_of(used);
           if (opt.csv) {
             std::printf("\"%s\",%s,%d,%d,%d,%lld,%lld,%.4f,%.1f,%d\n", name.c_str(),
-                        opt.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16", d, causal, seqlen,
+                        dtype_label, d, causal, seqlen,
                         static_cast<long long>(cfg.batch), static_cast<long long>(cfg.heads_q), ms,
                         tflops, dv);
           } else {

@@ -182,8 +182,15 @@ typedef enum fa_dtype {
    *  v's strides are multiples of 16 elements (16-byte rows) and the tile's shared memory fits
    *  the device (d 128-256: 104-128 KiB, above sm_86/89/120's 99 KiB); otherwise
    *  FA_STATUS_UNSUPPORTED (a plan pinned to a kernel: FA_STATUS_KERNEL_NOT_AVAILABLE naming
-   *  the stride or the memory). e4m3 queries on a GPU: not yet (FA_STATUS_UNSUPPORTED, the
-   *  message naming the dtype). Not a fa_merge_config or fa_kernel_config dtype. Since 0.3.0. */
+   *  the stride or the memory). e4m3 queries (with an e4m3 cache: dtype and kv_dtype
+   *  FA_DTYPE_E4M3, o bf16 or fp16) run on sm_90 on the sm90 family's FP8 kernels (wgmma's e4m3
+   *  products) at head dims up to 128 and from 129 to 256 (each runs on the d 128 or d 256 kernel,
+   *  the columns past it zero-filled), every layout, mask, bias and split count, when q's, k's
+   *  and v's strides are multiples of 16 elements and a paged cache's pages are read in boxes of
+   *  a multiple of 8 rows (gcd(B_c, page_size): page sizes of 8 or more that are multiples of 8;
+   *  the FP8 kernels take 128 keys per block at d 128 and 64 at d 256); elsewhere
+   *  FA_STATUS_UNSUPPORTED, naming the value. A fa_kernel_config dtype of the sm90 family's FP8
+   *  kernels only (since 0.3.0); not a fa_merge_config dtype. Since 0.3.0. */
   FA_DTYPE_E4M3 = 4
 } fa_dtype;
 
@@ -406,7 +413,15 @@ typedef struct fa_run_args {
    *  sm_89 GPUs run); rows past a sequence's length never affect o, whatever they hold. A bf16
    *  query row holding an infinity is held unscaled, so its finite values past fp16's 65504 become
    *  infinities too.
-   *  e4m3 queries on a GPU, when they come, will quantise P to e4m3 for P V. The values are
+   *  GPU kernels with e4m3 queries (sm90 FP8 kernels) multiply e4m3 q' and k' exactly on the
+   *  tensor cores with float32 sums, fold softmax_scale * log2(e) * q_descale * k_descale (one
+   *  float32 product) into the exponent's scale where it is positive and no score transform
+   *  applies (else they multiply each score by q_descale * k_descale), round each unnormalised
+   *  probability to e4m3 for P v' after scaling it by 2^7 (a row's probabilities are kept within
+   *  [0, 2] of its running maximum, so the rounded values lie in [0, 256], a relative error of at
+   *  most 2^-4 for every probability down to 2^-13 of the maximum; the row sums are taken before
+   *  the rounding, in float32), and multiply the float32 o by v_descale * 2^-7 before dividing by
+   *  the sum and rounding once to out_dtype. The values are
    *  not checked: a non-finite or negative descale gives what
    *  the formulas give. Each is 4-byte aligned and must not overlap o or lse. */
   const float* q_descale;
@@ -615,7 +630,8 @@ FA_API fa_status fa_merge_states(fa_context_t* ctx, const fa_merge_config* confi
  *  Boolean fields are 0 or 1. Fill with fa_kernel_config_init() first. */
 typedef struct fa_kernel_config {
   size_t struct_size;                /*!< sizeof(fa_kernel_config); set by fa_kernel_config_init(). */
-  int32_t dtype;                     /*!< FA_DTYPE_FP16 or FA_DTYPE_BF16. */
+  int32_t dtype;                     /*!< FA_DTYPE_FP16 or FA_DTYPE_BF16; FA_DTYPE_E4M3 for the sm90
+                                          family's FP8 kernels (e4m3 q, k and v; since 0.3.0). */
   int32_t d_head;                    /*!< Head dimension. */
   int32_t B_r;                       /*!< Query rows per thread block. */
   int32_t B_c;                       /*!< Key/value rows per inner-loop block. */
@@ -712,8 +728,8 @@ FA_API fa_status fa_kernel_config_name(const fa_kernel_config* config, char* buf
                                        size_t* needed);
 
 /*! fa_kernel_config_parse() :
- *  Parses a short name as written by fa_kernel_config_name(). The dtype is FP16 or BF16 in any case (or
- *  the seed's numeric codes 5 and 15); whitespace around fields is ignored; text before a '|' is skipped
+ *  Parses a short name as written by fa_kernel_config_name(). The dtype is FP16, BF16 or (since 0.3.0)
+ *  E4M3 in any case (or the seed's numeric codes 5 and 15); whitespace around fields is ignored; text before a '|' is skipped
  *  when the name is a cell of a Markdown table row.
  *  @param out  caller-initialised; written only on success. The parsed config is not validated.
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE;

@@ -3,6 +3,7 @@
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
 # Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged serving_tests
+#        fp8_tests fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench
 #        context_parallel example
 #        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
@@ -36,7 +37,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after serving_before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after serving_before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -96,6 +97,17 @@ step sm90_paged "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kerne
 # step, NaN through the kernels, split combine and merge_states.
 step serving_tests "$build/tests/flashattn_gpu_tests" \
   --test-case="every sm90 kernel reads paged*,*chunked prefill*,malformed*,one captured decode*,*NaN*,merge_states*"
+# The FP8 kernels (e4m3 Q, K and V) alone, then under each tool (every FA_FP8_SAMPLE-th case).
+step fp8_tests "$build/tests/flashattn_gpu_tests" --test-case="e4m3 queries*"
+for tool in memcheck racecheck synccheck; do
+  step "fp8_$tool" env FA_GPU_TEST_SAMPLE="${FA_FP8_SAMPLE:-2}" compute-sanitizer --tool "$tool" \
+    --error-exitcode 3 "$build/tests/flashattn_gpu_tests" \
+    --test-case="e4m3 queries, keys and values*,e4m3 queries on pages*"
+done
+# FP8 prefill beside bf16 on the FA-paper grid at d 128 and 256 (the same build, back to back).
+step fp8_bench bash -c 'for t in e4m3 bf16; do "$0" --dtype $t --head-dims 128,256 --csv \
+  --window-ms "$2" > "$1/fp8-prefill-$t.csv" || exit 1; done' "$build/bench/flashattn_bench" "$out" \
+  "${FA_FP8_WINDOW_MS:-100}"
 step context_parallel "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_context_parallel*"
 step example "$build/examples/flashattn_example"
 step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attention" \

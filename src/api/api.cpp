@@ -552,9 +552,10 @@ FA_API fa_status fa_kernel_config_name(fa_kernel_config const* config, char* buf
   return fa::guarded([&] {
     fa::KernelConfig c;
     if (fa_status s = fa::to_kernel_config(config, &c); s != FA_STATUS_SUCCESS) return s;
-    if (c.dtype != fa::DType::kFP16 && c.dtype != fa::DType::kBF16) {
-      return fail(FA_STATUS_INVALID_ARGUMENT, "fa_kernel_config.dtype = %d is not FP16 or BF16",
-                  config->dtype);
+    if (c.dtype != fa::DType::kFP16 && c.dtype != fa::DType::kBF16 &&
+        c.dtype != fa::DType::kE4M3) {
+      return fail(FA_STATUS_INVALID_ARGUMENT,
+                  "fa_kernel_config.dtype = %d is not FP16, BF16 or E4M3", config->dtype);
     }
     std::string name = fa::short_name(c);
     if (needed != nullptr) *needed = name.size() + 1;

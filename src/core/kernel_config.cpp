@@ -82,8 +82,8 @@ std::string validate(KernelConfig const& c) {
     return fmt("family = %d must be %s", c.family, known.c_str());
   }
   if (!rules::dtype_ok(c))
-    return fmt("dtype = %d must be FP16 (%d) or BF16 (%d)", int(c.dtype), int(DType::kFP16),
-               int(DType::kBF16));
+    return fmt("dtype = %d must be FP16 (%d), BF16 (%d) or E4M3 (%d)", int(c.dtype),
+               int(DType::kFP16), int(DType::kBF16), int(DType::kE4M3));
   if (!rules::d_head_ok(c))
     return fmt("d_head = %d must be a multiple of 64 (the swizzle tile width) in [64, 256]", c.d_head);
   for (FamilyConfig const* other : family_configs()) {
@@ -141,8 +141,10 @@ bool parse_short_name(std::string_view text, KernelConfig* out, std::string* err
     c.dtype = DType::kFP16;
   } else if (iequals(dt, "BF16") || dt == "15") {
     c.dtype = DType::kBF16;
+  } else if (iequals(dt, "E4M3")) {
+    c.dtype = DType::kE4M3;
   } else {
-    *error = "unknown dtype \"" + std::string(dt) + "\" (expected FP16 or BF16)";
+    *error = "unknown dtype \"" + std::string(dt) + "\" (expected FP16, BF16 or E4M3)";
     return false;
   }
   int32_t* ints[4] = {&c.d_head, &c.B_r, &c.B_c, &c.n_warps};

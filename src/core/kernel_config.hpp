@@ -66,8 +66,10 @@ constexpr bool fields_in_range(KernelConfig const& c) {
          in_range(c.Q_mma_load_K_tiles) && in_range(c.K_mma_load_K_tiles) &&
          in_range(c.V_mma_load_K_tiles) && in_range(c.stages);
 }
+// FP8 e4m3 kernels (e4m3 Q, K and V) exist in the sm90 family only: its rules and the mma.sync
+// family's say so (src/cuda/<family>/config.hpp).
 constexpr bool dtype_ok(KernelConfig const& c) {
-  return c.dtype == DType::kFP16 || c.dtype == DType::kBF16;
+  return c.dtype == DType::kFP16 || c.dtype == DType::kBF16 || c.dtype == DType::kE4M3;
 }
 // Shared memory is laid out in 64-column (128-byte) swizzle tiles along d_head.
 constexpr bool d_head_ok(KernelConfig const& c) {

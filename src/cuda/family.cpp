@@ -159,6 +159,7 @@ ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {
   f.alibi = static_cast<int32_t>(p.alibi);
   f.partial_rows = static_cast<int32_t>(p.q_rows());
   f.kv_e4m3 = p.kv_dtype == DType::kE4M3 ? 1 : 0;
+  f.o_bf16 = p.out_dtype == DType::kBF16 ? 1 : 0;
   f.descale_per_head = p.descale_per_head ? 1 : 0;
   return f;
 }

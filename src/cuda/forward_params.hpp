@@ -89,6 +89,11 @@ struct ForwardParams {
   // The mma.sync decode tiles' key split (kernel.cuh's kKeySplit): every query row of every tile
   // fits one warp's 16 rows, so the warps share each key block instead of the rows.
   int32_t key_split;
+
+  // e4m3 queries (the sm90 family's FP8 kernels, whose K and V are e4m3 too): scores are
+  // q_descale * k_descale * (q . k), indexed as k_descale; o is bf16 (o_bf16 = 1) or fp16.
+  float const* __restrict__ q_descale;
+  int32_t o_bf16;
 };
 
 }  // namespace fa::cuda

@@ -35,7 +35,8 @@ fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTe
   for (Index n : {Index{"cu_seqlens_q", t.run.cu_seqlens_q}, Index{"cu_seqlens_k", t.run.cu_seqlens_k},
                   Index{"cache_seqlens", t.run.cache_seqlens}, Index{"block_table", t.run.block_table},
                   Index{"alibi_slopes", t.run.alibi_slopes}, Index{"sinks", t.run.sinks},
-                  Index{"k_descale", t.run.k_descale}, Index{"v_descale", t.run.v_descale}}) {
+                  Index{"q_descale", t.run.q_descale}, Index{"k_descale", t.run.k_descale},
+                  Index{"v_descale", t.run.v_descale}}) {
     if (reinterpret_cast<uintptr_t>(n.value) % 4 != 0) {
       return fail(FA_STATUS_INVALID_ARGUMENT, "fa_run_args.%s = %p is not 4-byte aligned", n.name,
                   n.value);
@@ -64,6 +65,7 @@ fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTe
   params->block_table = t.run.block_table;
   params->alibi_slopes = t.run.alibi_slopes;
   params->sinks = t.run.sinks;
+  params->q_descale = t.run.q_descale;
   params->k_descale = t.run.k_descale;
   params->v_descale = t.run.v_descale;
   if (schedule.num_splits > 1) {
@@ -92,8 +94,11 @@ fa_status launch_bound(Device const& device, KernelEntry const& kernel,
     return cuda_fail(e, ("launching " + short_name(kernel.config)).c_str());
   }
   if (schedule.num_splits > 1) {
-    if (cudaError_t e = launch_combine(params, kernel.config.dtype, params.head_dim_v, programmatic,
-                                       stream);
+    // o's type: the kernel's, or an FP8 kernel's 16-bit output type.
+    DType const o_type = kernel.config.dtype != DType::kE4M3 ? kernel.config.dtype
+                         : params.o_bf16                      ? DType::kBF16
+                                                              : DType::kFP16;
+    if (cudaError_t e = launch_combine(params, o_type, params.head_dim_v, programmatic, stream);
         e != cudaSuccess) {
       cudaGetLastError();
       return cuda_fail(e, "launching the split-KV combine kernel");

@@ -106,6 +106,36 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
   }
 }
 
+// Four floats rounded to nearest e4m3 (e4m3fn, saturating: magnitudes past 448 give 448, NaN
+// stays NaN) as the bytes of one register, a in byte 0 (cvt's e4m3x2 form puts its first
+// operand in the upper byte). sm_89 and newer.
+__device__ __forceinline__ uint32_t e4m3x4_from(float a, float b, float c, float d) {
+  uint32_t out = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n"
+      ".reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n"
+      "}\n"
+      : "=r"(out)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+#endif
+  return out;
+}
+
+// The 4 x 4 byte matrix of rows a, b, c, d transposed: r[i] holds byte i of a, b, c and d, in
+// that order (eight byte permutes).
+__device__ __forceinline__ void transpose_bytes_4x4(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                                    uint32_t (&r)[4]) {
+  uint32_t const ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);
+  uint32_t const cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
+  r[0] = __byte_perm(ab_lo, cd_lo, 0x5410);
+  r[1] = __byte_perm(ab_lo, cd_lo, 0x7632);
+  r[2] = __byte_perm(ab_hi, cd_hi, 0x5410);
+  r[3] = __byte_perm(ab_hi, cd_hi, 0x7632);
+}
+
 // Four e4m3 (e4m3fn) values, byte i of `w` element i, as two registers of 16-bit values (T;
 // elements 0, 1 in .x, low first), exactly. f16 on sm_89 and newer: cvt.rn.f16x2.e4m3x2, one
 // instruction per pair (e4m3 fits f16; a NaN byte gives NaN). Otherwise each byte's sign,

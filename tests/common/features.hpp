@@ -292,14 +292,19 @@ struct FeatureReference {
   std::vector<double> lse;  // like the lse output
 };
 
-// Attention in float64 from the definitions in flashattn.h.
-inline FeatureReference feature_reference(const FeatureData& d) {
+// Attention in float64 from the definitions in flashattn.h. With `e4m3_p`, also (in the same
+// pass) a naive FP8 reference there: each normalised probability rounded to e4m3 (subnormals
+// kept) before P V, the yardstick of the FP8 kernels' error (they also round P to e4m3, scaled:
+// src/cuda/sm90/softmax.cuh).
+inline FeatureReference feature_reference(const FeatureData& d,
+                                          FeatureReference* e4m3_p = nullptr) {
   const FeatureCase& c = d.c;
   const int64_t D = c.head_dim, Dv = c.dim_v(), group = c.heads_q / c.heads_kv;
   const double scale = c.effective_scale();
   FeatureReference r;
   r.o.assign(static_cast<size_t>(d.q_rows * c.heads_q * c.o_cols()), 0.0);
   r.lse.assign(d.lse.size(), -kInf);
+  if (e4m3_p != nullptr) *e4m3_p = r;
   auto decode = [&](int dtype, const std::vector<unsigned char>& buf) {
     std::vector<double> out(buf.size() / dtype_bytes(dtype));
     for (size_t i = 0; i < out.size(); ++i) out[i] = load_elem(dtype, buf.data(), static_cast<int64_t>(i));
@@ -353,8 +358,16 @@ inline FeatureReference feature_reference(const FeatureData& d) {
           for (int64_t x = 0; x < Dv; ++x) {
             r.o[static_cast<size_t>(oi + x)] += w * v[static_cast<size_t>(vj + x)];
           }
+          if (e4m3_p != nullptr) {
+            // pw rounded to e4m3 (3 mantissa bits, subnormals from 2^-6; pw <= 1).
+            const double w8 = round_binary(pw, 4, -6, 448.0) * d.descale_of(d.v_descale, b, g);
+            for (int64_t x = 0; x < Dv; ++x) {
+              e4m3_p->o[static_cast<size_t>(oi + x)] += w8 * v[static_cast<size_t>(vj + x)];
+            }
+          }
         }
         r.lse[static_cast<size_t>(d.lse_index(b, h, i))] = top + std::log(sum);
+        if (e4m3_p != nullptr) e4m3_p->lse[static_cast<size_t>(d.lse_index(b, h, i))] = top + std::log(sum);
       }
     }
   }

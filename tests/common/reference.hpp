@@ -139,11 +139,14 @@ inline double e4m3_bits_to_double(uint8_t x) {
 // The e4m3 encoding of x rounded to nearest even (NaN beyond 448: the format has no infinity).
 inline uint8_t double_to_e4m3_bits(double x) {
   const double r = round_binary(x, 4, -6, 448.0);
-  for (unsigned b = 0; b < 256; ++b) {
-    const double v = e4m3_bits_to_double(static_cast<uint8_t>(b));
-    if (v == r && std::signbit(v) == std::signbit(r)) return static_cast<uint8_t>(b);
-  }
-  return 0x7Fu;
+  if (!std::isfinite(r)) return 0x7Fu;
+  const uint8_t sign = std::signbit(r) ? 0x80u : 0u;
+  const double a = std::fabs(r);
+  if (a < 0x1p-6) return static_cast<uint8_t>(sign | static_cast<unsigned>(a * 512.0));  // m 2^-9
+  int exp = 0;
+  const double frac = std::frexp(a, &exp);  // a = frac 2^exp, frac in [0.5, 1): 2 frac = 1.mmm
+  const unsigned m = static_cast<unsigned>((2.0 * frac - 1.0) * 8.0);
+  return static_cast<uint8_t>(sign | static_cast<unsigned>(exp - 1 + 7) << 3 | m);
 }
 
 // Element `index` of a dtype buffer, as double (exact).

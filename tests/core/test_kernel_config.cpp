@@ -91,6 +91,9 @@ TEST_CASE("common rules: each accepts its good side and rejects its bad side") {
     check_valid({.dtype = FA_DTYPE_FP16});
     check_invalid({.dtype = FA_DTYPE_FP32}, "dtype");
     check_invalid({.dtype = 0}, "dtype");
+    // E4M3: the sm90 family's FP8 kernels only.
+    check_valid(sm90({.dtype = FA_DTYPE_E4M3, .B_r = 128, .B_c = 128, .n_warps = 12, .stages = 2}));
+    check_invalid({.dtype = FA_DTYPE_E4M3}, "must be FP16 or BF16 in the mma.sync family");
   }
   SUBCASE("d_head: a multiple of 64 in [64, 256]") {
     check_valid({.d_head = 64});

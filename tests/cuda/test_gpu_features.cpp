@@ -123,14 +123,15 @@ struct PlannedRun {
   size_t bytes = 0;
 };
 
-// (dtype, head_dim) pairs the build has kernels for.
-std::set<std::pair<int, int>> compiled_shapes() {
+// (dtype, head_dim) pairs the build has kernels for: 16-bit ones, or with `fp8` the FP8 kernels'
+// (e4m3 Q, K and V; their bound and cases are their own, at the end of this file).
+std::set<std::pair<int, int>> compiled_shapes(bool fp8 = false) {
   std::set<std::pair<int, int>> shapes;
   for (size_t i = 0; i < fa_kernel_count(); ++i) {
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
-    shapes.insert({k.dtype, k.d_head});
+    if ((k.dtype == FA_DTYPE_E4M3) == fp8) shapes.insert({k.dtype, k.d_head});
   }
   return shapes;
 }
@@ -270,6 +271,7 @@ TEST_CASE("every registered kernel runs the features") {
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if (k.dtype == FA_DTYPE_E4M3) continue;
     int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
     for (FeatureCase c : sample) {
       c.dtype = k.dtype;
@@ -309,6 +311,7 @@ TEST_CASE("every sm90 kernel reads paged caches of every page size") {
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if (k.dtype == FA_DTYPE_E4M3) continue;
     if (k.family != FA_FAMILY_SM90 || index++ % sample_step() != 0) continue;
     char name[128];
     fa_kernel_config_name(&k, name, sizeof name, nullptr);
@@ -422,6 +425,7 @@ int for_each_runnable_kernel(Body const& body) {
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if (k.dtype == FA_DTYPE_E4M3) continue;
     if ((k.family == FA_FAMILY_SM90 && major != 9) || index++ % sample_step() != 0) continue;
     char name[128];
     fa_kernel_config_name(&k, name, sizeof name, nullptr);
@@ -687,6 +691,24 @@ std::vector<fa_kernel_config> e4m3_kernels(Gpu const& gpu, FeatureData const& d,
   return out;
 }
 
+// `base` (its types and head dims) on a contiguous cache with soft-capping, ALiBi per sequence, a
+// window and sinks, split three ways: 8 / 2 heads, 17 rows against 300 and 40 keys.
+FeatureCase all_transforms(FeatureCase c) {
+  c.layout = FA_LAYOUT_KV_CACHE;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.sq = {17, 17};
+  c.sk = {300, 40};
+  c.window = true;
+  c.left = 100;
+  c.right = 2;
+  c.softcap = 5.0f;
+  c.alibi = FA_ALIBI_PER_BATCH;
+  c.sinks = true;
+  c.num_splits = 3;
+  return c;
+}
+
 // Decode (pages 1, 3, 16, 64, 256, shuffled), speculative and chunked prefill rows, dense and
 // varlen problems, the score transforms and sinks, a value head dim and a head dim below the
 // kernel's, over GQA 1-8, splits 1, 3 and automatic, and the three descale forms.
@@ -736,22 +758,7 @@ std::vector<FeatureCase> e4m3_cache_cases(int dtype, int64_t dim) {
     c.num_splits = -1;
     add(c);
   }
-  {
-    FeatureCase c = base;  // the transforms and sinks on a contiguous cache, split three ways
-    c.layout = FA_LAYOUT_KV_CACHE;
-    c.heads_q = 8;
-    c.heads_kv = 2;
-    c.sq = {17, 17};
-    c.sk = {300, 40};
-    c.window = true;
-    c.left = 100;
-    c.right = 2;
-    c.softcap = 5.0f;
-    c.alibi = FA_ALIBI_PER_BATCH;
-    c.sinks = true;
-    c.num_splits = 3;
-    add(c);
-  }
+  add(all_transforms(base));
   {
     FeatureCase c = base;  // dense causal and varlen, GQA 2
     c.heads_q = 4;
@@ -1298,6 +1305,7 @@ TEST_CASE("a NaN score makes its row NaN on every kernel, split or not; the othe
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if (k.dtype == FA_DTYPE_E4M3) continue;
     char name[128];
     fa_kernel_config_name(&k, name, sizeof name, nullptr);
     int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
@@ -1346,4 +1354,260 @@ TEST_CASE("a NaN score makes its row NaN on every kernel, split or not; the othe
     ++kernels;
   }
   MESSAGE(kernels << " kernels with NaN scores");
+}
+
+// ---- FP8 (e4m3 Q, K and V) on the sm90 family's FP8 kernels ----------------------------------
+
+namespace {
+
+// The FP8 kernels round P to e4m3 for P V, so their O is bounded against the float64 reference
+// by twice the error of a naive FP8 reference (normalised P rounded to e4m3, exact otherwise)
+// plus O's own rounding to its 16-bit type. The scores are exact products of e4m3 values, but
+// Hopper's tensor cores sum FP8 products with fewer mantissa bits than fp32 (LSE errors up to
+// 0.0085 here at d 256, where the 16-bit kernels stay under 2e-3): the LSE bound adds 2^-13 of
+// the largest sum of |products| a score can have (inputs below 1 in magnitude: head_dim, times
+// softmax_scale and the largest descales).
+void check_fp8(FeatureData const& d, std::string const& what, fa_test::FeatureReference const& exact,
+               double naive_error) {
+  double descales = d.c.effective_scale() * static_cast<double>(d.c.head_dim);
+  for (std::vector<float> const* f : {&d.q_descale, &d.k_descale}) {
+    if (!f->empty()) descales *= *std::max_element(f->begin(), f->end());
+  }
+  double const lse_bound = kLseBound + 0x1p-13 * descales;
+  fa_test::FeatureErrors const e = fa_test::compare_features(d, d.o.data(), d.lse.data(), exact);
+  double o_max = 0.0;
+  for (double x : exact.o) {
+    if (std::isfinite(x)) o_max = std::max(o_max, std::fabs(x));
+  }
+  double const rounding = o_max * (d.c.o_type() == FA_DTYPE_BF16 ? 0x1p-8 : 0x1p-11);
+  INFO(what << " " << fa_test::describe(d.c) << " | o max err " << e.o_max << " (naive FP8 "
+            << naive_error << ", |o| up to " << o_max << "), lse max err " << e.lse_max
+            << " (bound " << lse_bound << "), bad " << e.bad);
+  CHECK(e.bad == 0);
+  CHECK(e.written_past == 0);
+  CHECK(e.o_max <= 2.0 * naive_error + rounding + 1e-3);
+  CHECK(e.lse_max <= lse_bound);
+}
+
+// Dense causal and not at awkward lengths (1, 17, 177, 1013 against 1013, 17, 1024, 1), GQA 1-8,
+// varlen, contiguous and paged caches (pages of 16, 64 and 256, shuffled) for decode and
+// chunked prefill, a head dim 16 below the kernel's and a value head dim below it, the score
+// transforms, a window and sinks split three ways, both output types and the three descale forms.
+std::vector<FeatureCase> fp8_cases(int64_t dim) {
+  std::vector<FeatureCase> cases;
+  int const descales[] = {-1, FA_DESCALE_PER_TENSOR, FA_DESCALE_PER_HEAD_KV};
+  int64_t const gqa[][2] = {{4, 4}, {4, 2}, {8, 2}, {8, 1}};
+  int n = 0;
+  FeatureCase base;
+  base.dtype = FA_DTYPE_E4M3;
+  base.kv_dtype = FA_DTYPE_E4M3;
+  base.head_dim = dim;
+  auto add = [&](FeatureCase c) {
+    c.descale = descales[n % 3];
+    if (c.out_dtype == 0) c.out_dtype = n % 2 == 0 ? FA_DTYPE_BF16 : FA_DTYPE_FP16;
+    c.heads_q = c.heads_q == 0 ? gqa[n % 4][0] : c.heads_q;
+    c.heads_kv = c.heads_kv == 0 ? gqa[n % 4][1] : c.heads_kv;
+    ++n;
+    cases.push_back(c);
+  };
+  // Two sequences, or one where both lengths pass 1000 (the float64 references' cost).
+  int64_t const lengths[][2] = {{1, 1013}, {17, 17}, {177, 1024}, {1013, 1}, {1013, 1013}};
+  for (auto [sq, sk] : lengths) {
+    for (bool causal : {false, true}) {
+      FeatureCase c = base;
+      c.heads_q = c.heads_kv = 0;
+      c.sq = sq * sk > 1000000 ? std::vector<int64_t>{sq} : std::vector<int64_t>{sq, sq};
+      c.sk = sq * sk > 1000000 ? std::vector<int64_t>{sk} : std::vector<int64_t>{sk, sk};
+      c.causal = causal;
+      add(c);
+    }
+  }
+  {
+    FeatureCase c = base;  // varlen, GQA 2, with an empty sequence
+    c.layout = FA_LAYOUT_VARLEN;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.sq = {1, 17, 0, 177};
+    c.sk = {17, 177, 3, 300};
+    c.causal = true;
+    add(c);
+  }
+  for (int64_t page : {0, 16, 64, 256}) {
+    FeatureCase c = base;  // chunked prefill and decode against a cache
+    c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
+    c.page_size = page;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.sq = {177, 177};
+    c.sk = {500, 1013};
+    c.causal = true;
+    add(c);
+    c.sq = {1, 1, 1};
+    c.sk = {1, 300, 1013};
+    c.heads_q = 0;
+    c.heads_kv = 0;
+    add(c);
+  }
+  {
+    FeatureCase c = all_transforms(base);
+    add(c);
+    c.softcap = 0.0f;  // sinks and a window without transforms: the plain scale
+    c.alibi = FA_ALIBI_NONE;
+    c.layout = FA_LAYOUT_DENSE;
+    c.sk = {300, 300};
+    c.num_splits = 0;
+    add(c);
+  }
+  {
+    FeatureCase c = base;  // head dims below the kernel's
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.sq = {177};
+    c.sk = {300};
+    c.head_dim = dim - 16;
+    add(c);
+    c.head_dim = dim;
+    c.head_dim_v = dim / 2;
+    c.causal = true;
+    add(c);
+  }
+  return cases;
+}
+
+// The registered FP8 kernels of head dim `dim` that run d's problem, the choice first.
+std::vector<fa_kernel_config> fp8_kernels(Gpu const& gpu, FeatureData const& d, int dim) {
+  fa_plan_t* plan = nullptr;
+  REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+  fa_kernel_config chosen;
+  fa_kernel_config_init(&chosen);
+  REQUIRE(fa_plan_kernel(plan, &chosen) == FA_STATUS_SUCCESS);
+  fa_plan_destroy(plan);
+  CHECK(chosen.dtype == FA_DTYPE_E4M3);
+  std::vector<fa_kernel_config> out{chosen};
+  for (size_t i = 0; i < fa_kernel_count(); ++i) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    if (k.dtype != FA_DTYPE_E4M3 || k.d_head != dim || name_of(k) == name_of(chosen)) continue;
+    fa_plan_t* pinned = nullptr;
+    if (fa_plan_create_with_kernel(gpu.ctx, &d.config, &k, &pinned) == FA_STATUS_SUCCESS) {
+      out.push_back(k);
+      fa_plan_destroy(pinned);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("e4m3 queries, keys and values on the FP8 kernels: within twice a naive FP8 reference's error") {
+  Gpu gpu;
+  uint64_t seed = 16000;
+  int n = 0, runs = 0;
+  int const step = sample_step();
+  int index = 0;
+  for (auto [dtype, dim] : compiled_shapes(true)) {
+    for (FeatureCase const& c : fp8_cases(dim)) {
+      if (index++ % step != 0) continue;
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      INFO(fa_test::describe(c));
+      fa_test::FeatureReference naive;
+      fa_test::FeatureReference const exact = fa_test::feature_reference(d, &naive);
+      double naive_error = 0.0;
+      for (size_t i = 0; i < exact.o.size(); ++i) {
+        if (std::isfinite(exact.o[i])) naive_error = std::max(naive_error, std::fabs(naive.o[i] - exact.o[i]));
+      }
+      for (fa_kernel_config const& k : fp8_kernels(gpu, d, dim)) {
+        FeatureData e = fa_test::make_feature_data(c, seed);
+        run_plan(gpu, e, &k);
+        check_fp8(e, name_of(k), exact, naive_error);
+        ++runs;
+      }
+      ++n;
+    }
+  }
+  MESSAGE(n << " FP8 cases, " << runs << " kernel runs");
+  CHECK(n > 0);
+}
+
+TEST_CASE("e4m3 queries: the FP8 kernels' RMSE beside a naive FP8 reference's, on inputs with outliers") {
+  // Random-normal Q, K and V (each tensor's values scaled into e4m3 by its descale) with 0.1% of
+  // them of magnitude 10; the RMSE of O against the exact result of the unquantised inputs, ours
+  // and a naive FP8 reference's (quantise, then compute with P rounded to e4m3), both reported;
+  // ours must not be worse.
+  Gpu gpu;
+  for (auto [dtype, dim] : compiled_shapes(true)) {
+    FeatureCase c;
+    c.dtype = c.kv_dtype = FA_DTYPE_E4M3;
+    c.out_dtype = FA_DTYPE_BF16;
+    c.descale = FA_DESCALE_PER_TENSOR;
+    c.head_dim = dim;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.sq = {1013};
+    c.sk = {1013};
+    c.causal = true;
+    FeatureData d = fa_test::make_feature_data(c, 17000 + dim);
+    std::mt19937_64 rng(18000 + dim);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    // The unquantised values, then their e4m3 bytes at descale amax / 448.
+    auto fill = [&](std::vector<unsigned char>& bytes, std::vector<float>& descale) {
+      std::vector<double> x(bytes.size());
+      double amax = 0.0;
+      for (double& v : x) {
+        v = unit(rng) < 0.001 ? (unit(rng) < 0.5 ? -10.0 : 10.0) : normal(rng);
+        amax = std::max(amax, std::fabs(v));
+      }
+      descale.assign(1, static_cast<float>(amax / 448.0));
+      for (size_t i = 0; i < x.size(); ++i) {
+        bytes[i] = fa_test::double_to_e4m3_bits(x[i] / descale[0]);
+      }
+      return x;
+    };
+    std::vector<double> const q = fill(d.q, d.q_descale), k = fill(d.k, d.k_descale),
+                              v = fill(d.v, d.v_descale);
+    // The exact result of the unquantised inputs: the float64 reference on a copy whose e4m3
+    // bytes are replaced by those values (fp32 queries, keys and values, descales 1).
+    FeatureCase u = c;
+    u.dtype = u.kv_dtype = FA_DTYPE_FP32;
+    u.out_dtype = 0;
+    u.descale = -1;
+    FeatureData exact_in = fa_test::make_feature_data(u, 1);
+    for (size_t i = 0; i < q.size(); ++i) fa_test::store_elem(FA_DTYPE_FP32, exact_in.q.data(), int64_t(i), q[i]);
+    for (size_t i = 0; i < k.size(); ++i) fa_test::store_elem(FA_DTYPE_FP32, exact_in.k.data(), int64_t(i), k[i]);
+    for (size_t i = 0; i < v.size(); ++i) fa_test::store_elem(FA_DTYPE_FP32, exact_in.v.data(), int64_t(i), v[i]);
+    fa_test::FeatureReference const exact = fa_test::feature_reference(exact_in);
+    fa_test::FeatureReference naive;
+    fa_test::feature_reference(d, &naive);
+    run_plan(gpu, d, nullptr);
+    double ours = 0.0, theirs = 0.0;
+    for (size_t i = 0; i < exact.o.size(); ++i) {
+      double const got = fa_test::load_elem(FA_DTYPE_BF16, d.o.data(), int64_t(i));
+      ours += (got - exact.o[i]) * (got - exact.o[i]);
+      theirs += (naive.o[i] - exact.o[i]) * (naive.o[i] - exact.o[i]);
+    }
+    ours = std::sqrt(ours / double(exact.o.size()));
+    theirs = std::sqrt(theirs / double(exact.o.size()));
+    MESSAGE("d " << dim << ": RMSE of O against the unquantised inputs: FP8 kernel " << ours
+                 << ", naive FP8 reference " << theirs);
+    CHECK(ours <= theirs);
+  }
+}
+
+TEST_CASE("e4m3 queries on pages the FP8 kernels would gather are refused by name") {
+  Gpu gpu;
+  for (auto [dtype, dim] : compiled_shapes(true)) {
+    FeatureCase c;
+    c.dtype = c.kv_dtype = FA_DTYPE_E4M3;
+    c.head_dim = dim;
+    c.layout = FA_LAYOUT_PAGED_KV;
+    c.page_size = 1;
+    c.sq = {4};
+    c.sk = {100};
+    FeatureData d = fa_test::make_feature_data(c, 19000);
+    fa_plan_t* plan = nullptr;
+    CHECK(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_UNSUPPORTED);
+    CHECK(std::string(fa_last_error_detail()).find("page_size = 1") != std::string::npos);
+  }
 }

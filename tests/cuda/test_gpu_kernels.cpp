@@ -283,6 +283,8 @@ TEST_CASE("every registered kernel matches the CPU backend") {
     REQUIRE(fa_kernel_get(i, &kc) == FA_STATUS_SUCCESS);
     if (family != nullptr && kc.family != std::atoi(family)) continue;
     if (name_part != nullptr && name_of(kc).find(name_part) == std::string::npos) continue;
+    // FP8 kernels (e4m3 Q, K and V) have their own bound and cases: test_gpu_features.cpp.
+    if (kc.dtype == FA_DTYPE_E4M3) continue;
     kernels.push_back(kc);
   }
   REQUIRE_MESSAGE(!kernels.empty(), "no registered kernel passes FA_GPU_TEST_FAMILY/KERNEL");

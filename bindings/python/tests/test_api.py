@@ -142,8 +142,8 @@ def test_kernel_listing_and_pinning(backend):
         with pytest.raises(flashattn.NoDeviceError, match="built without CUDA"):
             flashattn.Context(0)
         return
-    for name in names:
-        assert name.startswith("(FP16, ") or name.startswith("(BF16, ")
+    for name in names:  # E4M3: the sm90 family's FP8 kernels (e4m3 q, k and v)
+        assert name.startswith(("(FP16, ", "(BF16, ", "(E4M3, "))
     with pytest.raises(flashattn.ParseError, match="turbo"):
         flashattn.forward(*_qkv(backend, backend.dtypes()[-1]),
                           kernel="(BF16, 64, 64, 64, 4): turbo+load_0_0_0_tiles")

@@ -190,3 +190,63 @@ def test_an_e4m3_cache_on_torch_cuda_matches_the_cpu(page_size):
     scale = np.abs(expected.astype(np.float64)).max()
     np.testing.assert_allclose(got, expected.astype(np.float64), atol=2e-2 * scale)
     np.testing.assert_allclose(lse.cpu().numpy(), expected_lse, atol=2e-3)
+
+
+@pytest.mark.parametrize("layout", ["dense", "paged"])
+def test_e4m3_queries_on_torch_cuda_match_the_cpu(layout):
+    # e4m3 q, k and v as torch.float8_e4m3fn CUDA tensors (the sm90 FP8 kernels on Hopper):
+    # the GPU's result against the CPU backend's on the same bytes, per-(sequence, K/V head)
+    # descales on both. The GPU rounds P to e4m3 before P V (3 mantissa bits: 2^-4 relative),
+    # the CPU keeps it in fp32, so O agrees to a few percent of its largest magnitude; a wrong
+    # key order or layout would be off by its whole size.
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("needs a CUDA device and torch.float8_e4m3fn")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("e4m3 queries run on the sm90 family (compute capability 9.0)")
+    rng = np.random.default_rng(37)
+    batch, sq, hq, hkv, d = 2, 177, 4, 2, 128
+    q = _rand(rng, (batch, sq, hq, d), E4M3, 2.0)
+    qd = rng.uniform(0.25, 2, (batch, hkv)).astype(np.float32)
+    kd = rng.uniform(0.25, 2, (batch, hkv)).astype(np.float32)
+    vd = rng.uniform(0.25, 2, (batch, hkv)).astype(np.float32)
+    scales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+
+    def cuda(x):
+        if x.dtype == E4M3:
+            return torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn).cuda()
+        return torch.from_numpy(x).cuda()
+
+    # torch tensors carry no default output type for e4m3 queries: out= names bfloat16.
+    out = torch.empty((batch, sq, hq, d), dtype=torch.bfloat16, device="cuda")
+    if layout == "dense":
+        k = _rand(rng, (batch, 300, hkv, d), E4M3, 2.0)
+        v = _rand(rng, (batch, 300, hkv, d), E4M3, 2.0)
+        expected, expected_lse = flashattn.forward(q, k, v, causal=True, return_lse=True, **scales)
+        o, lse = flashattn.forward(cuda(q), cuda(k), cuda(v), causal=True, return_lse=True, out=out,
+                                   **{key: cuda(x) for key, x in scales.items()})
+    else:
+        capacity = 512
+        lens = np.array([500, 200], np.int32)
+        k_dense = _rand(rng, (batch, capacity, hkv, d), E4M3, 2.0)
+        v_dense = _rand(rng, (batch, capacity, hkv, d), E4M3, 2.0)
+        k_cache, v_cache, table = _paged(rng, k_dense, v_dense, 64)
+        kwargs = dict(cache_seqlens=lens, block_table=table, causal=True, return_lse=True, **scales)
+        expected, expected_lse = flashattn.forward_kvcache(q, k_cache, v_cache, **kwargs)
+        gpu_kwargs = {key: cuda(x) if isinstance(x, np.ndarray) else x for key, x in kwargs.items()}
+        o, lse = flashattn.forward_kvcache(cuda(q), cuda(k_cache), cuda(v_cache), out=out,
+                                           **gpu_kwargs)
+    torch.cuda.synchronize()
+    assert o.dtype == torch.bfloat16 and tuple(o.shape) == (batch, sq, hq, d)
+    got = o.float().cpu().numpy()
+    scale = np.abs(expected.astype(np.float64)).max()
+    np.testing.assert_allclose(got, expected.astype(np.float64), atol=5e-2 * scale)
+    # Hopper's tensor cores sum FP8 products with fewer mantissa bits than fp32: the LSE is
+    # bounded by 2^-11 of the largest sum of |q_i k_i| a score has (scaled), plus 2e-3 (errors
+    # reached 2^-12 of it on an H200).
+    keys = k if layout == "dense" else k_dense
+    qa = np.abs(q.astype(np.float64)).reshape(batch, sq, hkv, hq // hkv, d)
+    ka = np.abs(keys.astype(np.float64))
+    sums = np.einsum("bigrd,bjgd->bgrij", qa, ka).max(axis=(2, 3, 4))  # (batch, hkv)
+    bound = 2e-3 + 2.0**-11 * (sums * qd * kd).max() / np.sqrt(d)
+    np.testing.assert_allclose(lse.cpu().numpy(), expected_lse, atol=bound)

@@ -21,6 +21,9 @@ std::string load_tiles_reason(char const* which, int n, int extent, char const* 
 }
 
 std::string validate(KernelConfig const& c) {
+  if (!rules::dtype_ok(c))
+    return fmt("dtype = %d must be FP16 or BF16 in the mma.sync family (E4M3 kernels are sm90 "
+               "ones)", int(c.dtype));
   if (!rules::n_warps_ok(c)) return fmt("n_warps = %d must be 4 or 8", c.n_warps);
   if (!rules::B_r_ok(c))
     return fmt("B_r = %d must be a positive multiple of 16 * n_warps = %d (whole m16 tiles per warp)",

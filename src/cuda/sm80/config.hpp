@@ -47,6 +47,11 @@ constexpr bool load_tiles_fit(int n, int extent, bool double_buffer) {
 }
 constexpr bool load_tiles_divide(int n, int extent) { return n == 0 || (extent / 8) % n == 0; }
 
+// mma.sync m16n8k16 tiles of fp16 or bf16 (e4m3 caches are converted on load; e4m3 queries run
+// on the sm90 family only).
+constexpr bool dtype_ok(KernelConfig const& c) {
+  return c.dtype == DType::kFP16 || c.dtype == DType::kBF16;
+}
 constexpr bool n_warps_ok(KernelConfig const& c) { return c.n_warps == 4 || c.n_warps == 8; }
 // Each warp owns whole m16 MMA row tiles of the Q block.
 constexpr bool B_r_ok(KernelConfig const& c) {
@@ -113,7 +118,7 @@ constexpr bool knobs_unset(KernelConfig const& c) {
 // The family's own rules, the common ones holding (validate() also wants the other families'
 // knobs unset).
 constexpr bool own(KernelConfig const& c) {
-  return n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) && copy_rows_ok(c) && Q_tiles_ok(c) &&
+  return dtype_ok(c) && n_warps_ok(c) && B_r_ok(c) && B_c_ok(c) && copy_rows_ok(c) && Q_tiles_ok(c) &&
          K_tiles_ok(c) && V_tiles_ok(c) && QK_tiles_match(c) && smem_ok(c);
 }
 

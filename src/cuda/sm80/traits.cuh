@@ -27,7 +27,7 @@ __device__ __forceinline__ void static_for(F&& f) {
 template <KernelConfig C>
 struct Traits {
   static_assert(fa::rules::fields_in_range(C), "a field is out of [0, 65536]");
-  static_assert(fa::rules::dtype_ok(C), "dtype must be FP16 or BF16");
+  static_assert(rules::dtype_ok(C), "dtype must be FP16 or BF16");
   static_assert(fa::rules::d_head_ok(C), "d_head must be a multiple of 64 in [64, 256]");
   static_assert(rules::n_warps_ok(C), "n_warps must be 4 or 8");
   static_assert(rules::B_r_ok(C), "B_r must be a multiple of 16 * n_warps");

@@ -21,11 +21,19 @@ std::string validate(KernelConfig const& c) {
   if (!rules::stages_ok(c)) return fmt("stages = %d must be 2, 3 or 4", c.stages);
   if (!rules::pingpong_ok(c))
     return fmt("pingpong needs two consumer warpgroups (n_warps = 12), not n_warps = %d", c.n_warps);
+  if (!rules::e4m3_ok(c))
+    return fmt("an E4M3 kernel needs n_warps = 12, d_head = 128 or 256 and B_c = 64, 128 or 256 "
+               "(got n_warps = %d, d_head = %d, B_c = %d)", c.n_warps, c.d_head, c.B_c);
   if (!rules::registers_ok(c))
-    return fmt("B_c = %d and d_head = %d need %lld accumulator registers per thread (3 B_c / 4 + "
-               "v_cols / 2, v_cols = %lld), over the %d of a consumer with n_warps = %d",
-               c.B_c, c.d_head, static_cast<long long>(c.B_c * 3 / 4 + v_cols(c) / 2),
+    return fmt("B_c = %d and d_head = %d need %lld accumulator registers per thread (B_c / 2 for "
+               "S, B_c / 4 for P (B_c / 8 in E4M3), v_cols / 2 for O; v_cols = %lld), over the %d "
+               "of a consumer with n_warps = %d",
+               c.B_c, c.d_head, static_cast<long long>(rules::accumulator_regs(c)),
                static_cast<long long>(v_cols(c)), rules::consumer_regs(c) - 24, c.n_warps);
+  if (c.dtype == DType::kE4M3 && !rules::smem_ok(c))
+    return fmt("shared memory of the E4M3 layout (Q, stages of K and of V transposed, V's TMA "
+               "slots) = %lld bytes exceeds %d", static_cast<long long>(smem_bytes(c)),
+               kMaxSmemBytesAnyArch);
   if (!rules::smem_ok(c))
     return fmt("shared memory 1024 + (B_r * d_head + stages * B_c * (d_head + v_cols)) * 2 + "
                "barriers = %lld bytes exceeds %d (v_cols = %lld: d_head, or 128 where that "

@@ -35,9 +35,31 @@ constexpr int64_t v_cols(KernelConfig const& c) {
   return pipe_bytes(c, 128) <= kMaxSmemBytesAnyArch ? 128 : c.d_head;
 }
 
+// An FP8 kernel's layout (dtype E4M3: e4m3 Q, K and V; tile.cuh): the Q tile and K stages as
+// TMA writes them (128-byte-swizzled rows of d_head bytes), V's stages transposed by the
+// producer warpgroup into [d_head rows][B_c keys] (wgmma's e4m3 B operand is K-major: the keys
+// contiguous) in 8-row groups of 16-byte core matrices without swizzle, the groups
+// B_c / 16 * 128 + 16 bytes apart (the 16 spare bytes put the transposing threads' 8-byte stores
+// of one instruction in distinct banks: mainloop_load.cuh), and after the pipeline's barriers one
+// or two slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled) with a "full" and an
+// "empty" mbarrier each.
+constexpr int64_t e4m3_vt_group_bytes(int64_t b_c) { return b_c / 16 * 128 + 16; }
+constexpr int64_t e4m3_pipe_bytes(KernelConfig const& c) {
+  int64_t const vt = int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c);
+  return 1024 + int64_t(c.B_r) * c.d_head + int64_t(c.stages) * (int64_t(c.B_c) * c.d_head + vt) +
+         8 * (2 + 4 * int64_t(c.stages));
+}
+constexpr int64_t e4m3_v_slots(KernelConfig const& c) {
+  int64_t const slot = int64_t(c.B_c) * c.d_head + 16;
+  return e4m3_pipe_bytes(c) + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
+}
+
 // The pipeline and O's staging buffer (B_r rows) at d 128 where it fits in 227 KiB (tile.cuh's
-// Tile::kSmemBytes).
+// Tile::kSmemBytes); an FP8 kernel's own layout (no O buffer: its threads store O).
 constexpr int64_t smem_bytes(KernelConfig const& c) {
+  if (c.dtype == DType::kE4M3) {
+    return e4m3_pipe_bytes(c) + e4m3_v_slots(c) * (int64_t(c.B_c) * c.d_head + 16);
+  }
   int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
   int64_t const pipe = pipe_bytes(c, v_cols(c));
   return pipe + (c.d_head == 128 && pipe + q <= kMaxSmemBytesAnyArch ? q : 0);
@@ -87,19 +109,31 @@ constexpr bool B_c_ok(KernelConfig const& c) {
 constexpr bool stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stages <= 4; }
 // Ping-pong alternates the wgmma issue of exactly two consumer warpgroups.
 constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
-// Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs) and O
-// (v_cols / 2 floats) stay in registers, within the reallocated budget less 24 for addresses,
-// row statistics and indices: with 2 consumer warpgroups 232 up to d 192 where those take 200 or
-// fewer, else 240 (d 256, V in fewer columns than d_head, d 128 with 192 keys); 160 with 3, 256
-// with 1 (tile.cuh's kConsumerRegs).
+// Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs; e4m3: B_c / 8
+// registers of four bytes) and O (v_cols / 2 floats) stay in registers, within the reallocated
+// budget less 24 for addresses, row statistics and indices: with 2 consumer warpgroups 232 up to
+// d 192 where those take 200 or fewer, else 240 (d 256, V in fewer columns than d_head, d 128
+// with 192 keys), 224 in an FP8 kernel; 160 with 3, 256 with 1 (tile.cuh's kConsumerRegs).
+constexpr int64_t accumulator_regs(KernelConfig const& c) {
+  int64_t const p = c.dtype == DType::kE4M3 ? c.B_c / 8 : c.B_c / 4;
+  return int64_t(c.B_c) / 2 + p + v_cols(c) / 2;
+}
 constexpr int consumer_regs(KernelConfig const& c) {
   if (c.n_warps != 12) return c.n_warps == 8 ? 256 : 160;
-  bool const wide_producer = c.d_head <= 192 && v_cols(c) == c.d_head &&
-                             int64_t(c.B_c) * 3 / 4 + v_cols(c) / 2 <= 200;
+  if (c.dtype == DType::kE4M3) return 224;  // its producer transposes V on 56 (tile.cuh)
+  bool const wide_producer =
+      c.d_head <= 192 && v_cols(c) == c.d_head && accumulator_regs(c) <= 200;
   return wide_producer ? 232 : 240;
 }
 constexpr bool registers_ok(KernelConfig const& c) {
-  return int64_t(c.B_c) * 3 / 4 + v_cols(c) / 2 <= consumer_regs(c) - 24;
+  return accumulator_regs(c) <= consumer_regs(c) - 24;
+}
+// FP8 kernels (e4m3 Q, K and V): two consumer warpgroups at d 128 or 256 (a row of K is one or
+// two 128-byte swizzle blocks; d 64's 64-byte rows would need another swizzle) with B_c of 64,
+// 128 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T.
+constexpr bool e4m3_ok(KernelConfig const& c) {
+  return c.dtype != DType::kE4M3 || (c.n_warps == 12 && (c.d_head == 128 || c.d_head == 256) &&
+                                     (c.B_c == 64 || c.B_c == 128 || c.B_c == 256));
 }
 constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
 
@@ -109,7 +143,7 @@ constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmem
 // and 256 two K/V stages leave no room for e4m3 stages; those caches run on the mma.sync
 // family. A fourth instantiation costs compile time, so not every kernel gets one.
 constexpr bool fp8_kv_tile(KernelConfig const& c) {
-  return c.n_warps == 12 && c.B_c == 128 && c.d_head <= 128 && c.stages == 2 && c.overlap &&
+  return c.dtype != DType::kE4M3 && c.n_warps == 12 && c.B_c == 128 && c.d_head <= 128 && c.stages == 2 && c.overlap &&
          !c.pingpong && c.persistent && e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
 }
 
@@ -122,7 +156,7 @@ constexpr bool knobs_unset(KernelConfig const& c) {
 // knobs unset).
 constexpr bool own(KernelConfig const& c) {
   return warps_ok(c) && B_r_ok(c) && B_c_ok(c) && stages_ok(c) && pingpong_ok(c) &&
-         registers_ok(c) && smem_ok(c);
+         e4m3_ok(c) && registers_ok(c) && smem_ok(c);
 }
 
 }  // namespace rules

@@ -63,19 +63,20 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 //   l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
 // Both rows' sums are reduced before any store is issued (a shuffle queued behind the first
 // row's 16 stores waited for them: 9% of the stall samples at d 128, causal 512, on an H200).
-template <class T, bool kGeneral>
+// Elem: O's type (the tile's, or an FP8 tile's bf16 or fp16). An FP8 tile's sums carry its P's
+// factor 2^7 (softmax.cuh's kSumScale; the kernel took it out of O).
+template <class T, bool kGeneral, class Elem = typename T::Elem>
 __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
                                            float const (&o)[T::kDv / 2], float const (&c)[2],
                                            int64_t row0, int64_t wg_row, int wg, int lane) {
-  using Elem = typename T::Elem;
   ForwardParams const& p = params.p;
   Elem* o_ptr = static_cast<Elem*>(p.o);
   bool const split_out = kGeneral && p.num_splits > 1;
   float inv[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float sum = detail::quad_sum(softmax.row_sum[r]);
+    float sum = detail::quad_sum(softmax.row_sum[r]) * OnlineSoftmax<T>::kSumScale;
     // natural log
     // sum is 0 (no visible key), positive, or NaN (a NaN score: fmaxf kept it out of the
     // maximum, the exponentials carried it), which inv and the LSE then carry.
@@ -94,7 +95,9 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   // The warpgroup's rows all in the sequence (uniform over its 128 threads, as the barriers in
   // store_o_tma need).
   bool const by_tma = T::kOStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
-  if (by_tma) store_o_tma<T>(params, sm, w, o, inv, wg, wg_row);
+  if constexpr (T::kOStaged) {
+    if (by_tma) store_o_tma<T>(params, sm, w, o, inv, wg, wg_row);
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int64_t const row = row0 + 8 * r;

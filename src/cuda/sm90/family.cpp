@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "cuda/device.hpp"
 #include "cuda/family.hpp"
@@ -22,11 +23,22 @@ namespace {
 // edge; the threads' own stores and the split partials stop at head_dim): Q K^T and P V over
 // zero columns add nothing. A row's columns come in 16-byte units, hence multiples of 8.
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
+  // e4m3 queries (with an e4m3 cache, fa_config_validate's rule) on the FP8 kernels (dtype
+  // E4M3: the choice matched the dtypes), whose producer reads K and V in TMA boxes only.
   if (p.dtype == DType::kE4M3) {
-    return "fa_config.dtype = 4 (FA_DTYPE_E4M3): the sm90 family reads 16-bit queries (e4m3 "
-           "queries run on CPU contexts)";
-  }
-  if (p.kv_dtype == DType::kE4M3) {
+    if (p.layout == Layout::kPagedKv && gathers_pages(k.B_c, p.page_size)) {
+      return "fa_config.page_size = " + std::to_string(p.page_size) + ": the sm90 family's "
+             "e4m3 kernels read pages in TMA boxes of a multiple of 8 rows (gcd(B_c, page_size))";
+    }
+    if (std::string why = e4m3_strides(p); !why.empty()) return why;
+    for (auto [name, value] : {std::pair{"q_batch_stride", p.q.batch}, std::pair{"q_seq_stride", p.q.seq},
+                               std::pair{"q_head_stride", p.q.head}}) {
+      if (value % 16 != 0) {
+        return "fa_config." + std::string(name) + " = " + std::to_string(value) +
+               " is not a multiple of 16 elements, which TMA needs of e4m3 queries (16-byte rows)";
+      }
+    }
+  } else if (p.kv_dtype == DType::kE4M3) {
     // The e4m3 instantiation (tile.cuh's e4m3 stages, converted by the producer warpgroup).
     if (!rules::fp8_kv_tile(k)) {
       return "fa_config.kv_dtype = 4 (FA_DTYPE_E4M3): the sm90 family reads e4m3 caches with "

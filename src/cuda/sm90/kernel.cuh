@@ -28,7 +28,7 @@ namespace fa::cuda::sm90 {
 // V in 128 columns, Tile::kDv, runs 192 / 128 in its own instantiations.)
 template <class T>
 struct Narrow {
-  static constexpr bool kBuilt = (T::kD == 128 || T::kD == 192) && T::kDv == T::kD;
+  static constexpr bool kBuilt = !T::kFp8 && (T::kD == 128 || T::kD == 192) && T::kDv == T::kD;
   static constexpr int kQkSteps = T::kD == 128 ? 6 : T::kD / 16;
   static constexpr int kVCols = T::kD == 128 ? 96 : 128;
   static constexpr bool fits(int64_t head_dim, int64_t head_dim_v) {
@@ -43,6 +43,10 @@ struct Narrow {
 // (mainloop_load.cuh's load_convert_e4m3) as fp16 for either query type, bf16 queries rewritten
 // as fp16 rows scaled by powers of two (mainloop_mma.cuh's q_bf16_to_fp16), so its products run
 // in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
+// An FP8 tile (T::kFp8: e4m3 Q, K and V) runs its plain and general instantiations with e4m3
+// products: the producer transposes V (mainloop_load.cuh's load_transpose_v), P is rounded to
+// e4m3 (mainloop_mma.cuh), q_descale * k_descale is folded into the scores' scale as an e4m3
+// cache's k_descale is, and v_descale into O, written in bf16 or fp16 (ForwardParams::o_bf16).
 template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -64,7 +68,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // Producer warpgroup: one warp issues the TMA copies, the whole warpgroup gathers a paged
     // cache's rows, or converts an e4m3 cache's (mainloop_load.cuh).
     regs_dealloc<T::kProducerRegs>();
-    if constexpr (kE4M3) {
+    if constexpr (T::kFp8) {
+      load_transpose_v<T>(params, sm, sched, tid);
+    } else if constexpr (kE4M3) {
       // The producer converts as well as loads: at 24 registers ptxas spilled 120-184 bytes in
       // the conversion, at 40 (every tile that reads e4m3 has them: tile.cuh) 56 / 48.
       static_assert(T::kWideProducer, "e4m3: the converting producer's 40 registers");
@@ -120,6 +126,23 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // positive (the running maximum assumes a positive scale), applied to each score.
     float tile_c[2] = {c, c}, score_mul[2] = {1.f, 1.f}, v_descale = 1.f;
     bool scale_scores = false;
+    if constexpr (T::kFp8) {
+      // The same with q_descale: the scores are q_descale k_descale (q . k).
+      int64_t const at = p.descale_per_head
+                             ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
+                                   w.head / p.q_heads_per_kv
+                             : 0;
+      float const q_descale = p.q_descale != nullptr ? p.q_descale[at] : 1.f;
+      float const k_descale = p.k_descale != nullptr ? p.k_descale[at] : 1.f;
+      if (p.v_descale != nullptr) v_descale = p.v_descale[at];
+      float const mul = q_descale * k_descale;
+      scale_scores = transform || !(mul > 0.f);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        score_mul[r] = mul;
+        if (!scale_scores) tile_c[r] = c * mul;
+      }
+    }
     if constexpr (kE4M3) {
       int64_t const at = p.descale_per_head
                              ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
@@ -142,7 +165,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
 
     auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) -> bool {
       int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
-      if constexpr (kE4M3) {
+      if constexpr (kE4M3 || T::kFp8) {
         if (scale_scores) {
 #pragma unroll
           for (int i = 0; i < T::kBc / 2; ++i) sc[i] *= score_mul[(i >> 1) & 1];
@@ -154,15 +177,28 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks,
                                                                     lane, turns, o, step);
     } else {
-      consume_tile<T, T::kD / 16, T::kDv, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o, step);
+      consume_tile<T, T::kQkSteps, T::kDv, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
+                                                 step);
     }
     pipe += w.n_blocks;
-    if constexpr (kE4M3) {
+    if constexpr (kE4M3 || T::kFp8) {
+      // An FP8 tile's P carried 2^7 (softmax.cuh's kSumScale takes it out).
+      float const o_scale = v_descale * OnlineSoftmax<T>::kSumScale;
 #pragma unroll
-      for (int i = 0; i < T::kDv / 2; ++i) o[i] *= v_descale;
+      for (int i = 0; i < T::kDv / 2; ++i) o[i] *= o_scale;
     }
-    store_tile<T, kGeneral>(params, sm, w, softmax, o, tile_c, row0,
-                            int64_t(w.m_block) * T::kBr + wg * 64, wg, lane);
+    int64_t const wg_row = int64_t(w.m_block) * T::kBr + wg * 64;
+    if constexpr (T::kFp8) {
+      if (p.o_bf16) {
+        store_tile<T, kGeneral, __nv_bfloat16>(params, sm, w, softmax, o, tile_c, row0, wg_row,
+                                               wg, lane);
+      } else {
+        store_tile<T, kGeneral, __half>(params, sm, w, softmax, o, tile_c, row0, wg_row, wg,
+                                        lane);
+      }
+    } else {
+      store_tile<T, kGeneral>(params, sm, w, softmax, o, tile_c, row0, wg_row, wg, lane);
+    }
   }
   turns.finish();
   finish_stores<T>();

@@ -80,18 +80,23 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   params.kv_gather = paged && gathers_pages(C.B_c, p.page_size) ? 1 : 0;  // config.hpp
   // An e4m3 cache (family.cpp admits it on fp8_kv_tile kernels, never gathered) is read as
   // bytes in boxes of whole rows (kD bytes) into the e4m3 stages (tile.cuh).
-  bool const e4m3 = p.kv_e4m3 != 0;
-  DType const kv_type = e4m3 ? DType::kE4M3 : C.dtype;
-  int const kv_cols = e4m3 ? T::kD : 64;
+  // An FP8 kernel reads Q and K in swizzled boxes of 128 columns (128 bytes, as the 16-bit
+  // kernels' 64) and V in boxes of whole rows, which its producer transposes.
+  bool const e4m3 = p.kv_e4m3 != 0 && !T::kFp8;
+  DType const kv_type = e4m3 || T::kFp8 ? DType::kE4M3 : C.dtype;
+  int const k_cols = e4m3 ? T::kD : T::kBlockCols;
+  int const v_cols = e4m3 || T::kFp8 ? T::kD : 64;
+  BoxSwizzle const k_swizzle = T::kFp8 ? BoxSwizzle::k128 : BoxSwizzle::kByType;
   for (cudaError_t e :
        {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
-                        p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr),
+                        p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr,
+                        T::kBlockCols, k_swizzle),
         encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
                         p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows,
-                        kv_cols),
+                        k_cols, k_swizzle),
         encode_tile_map(&params.v_map, kv_type, p.v, p.head_dim_v, k_rows, heads_kv, k_batch,
                         p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows,
-                        kv_cols)}) {
+                        v_cols)}) {
     if (e != cudaSuccess) return e;
   }
   // O through shared memory and TMA where the tile stages it (its own buffer, or at d 192 and 256
@@ -138,7 +143,8 @@ void register_kernel(Registry& registry) {
   static_assert(v_cols(C) == TileOf<C>::kDv, "config.hpp's v_cols() is the tile's");
   static_assert(rules::consumer_regs(C) == TileOf<C>::kConsumerRegs,
                 "config.hpp's consumer_regs() is the tile's");
-  static_assert(e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes, "config.hpp's e4m3 layout");
+  static_assert(C.dtype == DType::kE4M3 || e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes,
+                "config.hpp's e4m3 layout");
   registry.emplace(C, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>,
                                   &kernel_occupancy<C>, &launch_kernel<C>});
 }

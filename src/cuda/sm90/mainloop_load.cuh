@@ -233,8 +233,8 @@ __device__ __forceinline__ void prefetch_maps(Params const& params) {
 template <class T>
 __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, Work const& w) {
   mbar_arrive_expect_tx(sm.q_full, T::kQBytes);
-  for (int cb = 0; cb < T::kD / 64; ++cb) {
-    tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full, cb * 64,
+  for (int cb = 0; cb < T::kD / T::kBlockCols; ++cb) {
+    tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full, cb * T::kBlockCols,
                 int(w.seq.q_first) + w.m_block * T::kBr, w.head, w.map_batch);
   }
 }
@@ -408,6 +408,158 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       mbar_wait(&sm.v8_full[j], phase8);
       mbar_wait(&sm.v_empty[s], phase ^ 1);
       convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kVBytes, keys);
+      fence_proxy_async_shared();
+      mbar_arrive(&sm.v_full[s]);
+      mbar_arrive(&sm.v8_empty[j]);
+    }
+    pipe += w.n_blocks;
+  });
+}
+
+// An FP8 tile's producer (e4m3 Q, K and V), run by the producer warpgroup's 128 threads instead
+// of load_tiles: warp 0 loads Q, each key block's K straight into its stage (128-byte-swizzled
+// boxes of 128 columns, dense or paged as load_tiles does) and its V bytes into a raw slot (a box
+// of whole rows, unswizzled), one block ahead; then all 128 threads transpose the block's V into
+// its stage as [d_head rows][B_c keys] (wgmma's e4m3 B operand is K-major), fence the async proxy
+// and arrive on the stage's "full" barrier and the slot's "empty" one (128 arrivals each).
+//
+// The keys are written in the order of P's e4m3 A registers (mainloop_mma.cuh's to_p): within
+// each 16 keys, position 4 q + i of a V row holds key 8 (i / 2) + 2 q + i % 2. A thread's unit is
+// 4 bytes (columns) of 16 keys: two halves, each 8 keys (4 h + {0..3} and 8 + 4 h + {0..3},
+// positions 8 h .. 8 h + 7) read as 8 words, turned into 4 rows of 8 bytes by two 4 x 4 byte
+// transposes and written with 8-byte stores. Lane l takes columns 4 l .. 4 l + 3 of a 128-byte
+// block (a load instruction's 32 words then lie in 32 banks), and lanes 8-15 and 24-31 take the
+// halves in the other order, so that with the 16 spare bytes per 8-row group (config.hpp) the
+// stores of each half-warp fill every bank once. Keys past the sequence are written as zeros:
+// TMA fills zeros only past the tensor, and an e4m3 NaN there times P = 0 would reach O.
+template <class T>
+__device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> const& sm,
+                                                 TileScheduler<T> const& sched, int ptid) {
+  static_assert(T::kFp8 && T::kDv == T::kD && T::kD % 128 == 0 && T::kBc % 16 == 0,
+                "FP8 tiles: whole 128-byte column blocks and 16-key groups");
+  constexpr int kKeyGroups = T::kBc / 16;
+  constexpr int kUnits = kKeyGroups * (T::kD / 128);  // (key group, column block) pairs
+  static_assert(kUnits % 4 == 0, "FP8: the units spread over the producer's four warps");
+  ForwardParams const& p = params.p;
+  int const lane = ptid % 32, warp = ptid / 32;
+  bool const leader = ptid == 0, loader = ptid < 32;
+  int const flip = (lane / 8) & 1;
+  // Block `raw` (B_c rows of kD bytes) into the stage at shared address `vt`, rows at or past
+  // `keys` as zeros (only a sequence's last block has any: a second copy of the loop).
+  auto transpose_rows = [&](auto masked, uint32_t raw, uint32_t vt, int keys) {
+    // Rolled: unrolled, ptxas spilled 44-96 bytes of the producer's 56 registers.
+#pragma unroll 1
+    for (int n = 0; n < kUnits / 4; ++n) {
+      int const unit = warp + 4 * n;
+      int const group = unit % kKeyGroups;
+      int const col = (unit / kKeyGroups) * 128 + 4 * lane;  // this lane's first column
+      // Row col + i of the stage: 8-row group (col + i) / 8, row (col + i) % 8 = 4 (lane % 2) + i
+      // of its core matrices, the key group's core matrix.
+      uint32_t const row_at = vt + uint32_t(col / 8) * T::kVtGroupBytes +
+                              uint32_t(col % 8) * 16 + uint32_t(group) * 128;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        int const h = j ^ flip;
+        int const key0 = 16 * group + 4 * h;
+        // Positions 8 h + 4 q .. 8 h + 4 q + 3 of rows col + i (q = 0: lo, 1: hi) hold keys
+        // key0 + 2 q + {0, 1, 8, 9}: four words each, transposed as soon as they are loaded.
+        auto quad = [&](int q, uint32_t(&out)[4]) {
+          uint32_t word[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            int const key = key0 + 2 * q + (k & 1) + 8 * (k >> 1);
+            asm volatile("ld.shared.b32 %0, [%1];"
+                         : "=r"(word[k])
+                         : "r"(raw + uint32_t(key * T::kD + col)));
+            if constexpr (decltype(masked)::value) {
+              if (key >= keys) word[k] = 0;
+            }
+          }
+          ptx::transpose_bytes_4x4(word[0], word[1], word[2], word[3], out);
+        };
+        uint32_t lo[4], hi[4];
+        quad(0, lo);
+        quad(1, hi);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
+                       ::"r"(row_at + uint32_t(i * 16 + h * 8)), "r"(lo[i]), "r"(hi[i])
+                       : "memory");
+        }
+      }
+    }
+  };
+  auto transpose = [&](uint32_t raw, uint32_t vt, int keys) {
+    if (keys >= T::kBc) {
+      transpose_rows(std::false_type{}, raw, vt, keys);
+    } else {
+      transpose_rows(std::true_type{}, raw, vt, keys);
+    }
+  };
+  if (leader) prefetch_maps(params);
+  bool const paged = p.layout == kLayoutPagedKv;
+  int const box = params.kv_box_rows;
+  int64_t pipe = 0;
+  for_each_tile<T>(params, sm, sched, loader, leader, [&](Work const& w, int kv_head) {
+    // This lane's box of a paged key block (box_of), looked up a block ahead of its copy.
+    int page = 0, row = 0;
+    auto look_up = [&](int it) {
+      box_of<T>(p, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
+    };
+    // Block `it` of the tile (pipeline block pipe + it): K into its stage, V into its raw slot,
+    // by warp 0.
+    auto load = [&](int it) {
+      int64_t const at = pipe + it;
+      int const s = int(at % T::kStages), j = int(at % T::kVRawSlots);
+      uint32_t const phase = (at / T::kStages) & 1, phase8 = (at / T::kVRawSlots) & 1;
+      int const n = w.n_begin + w.n_blocks - 1 - it;
+      int const first = int(w.seq.k_first) + n * T::kBc;
+      mbar_wait(&sm.k_empty[s], phase ^ 1);
+      if (leader) mbar_arrive_expect_tx(&sm.k_full[s], T::kKVBytes);
+      uint8_t* const k_dst = sm.k_tiles + s * T::kKVBytes;
+      for (int cb = 0; cb < T::kD / 128; ++cb) {
+        if (paged) {
+          if (lane * box < T::kBc) {
+            tma_load_4d(k_dst + (cb * T::kBc + lane * box) * 128, &params.k_map, &sm.k_full[s],
+                        cb * 128, row, kv_head, page);
+          }
+        } else if (leader) {
+          tma_load_4d(k_dst + cb * T::kBc * 128, &params.k_map, &sm.k_full[s], cb * 128, first,
+                      kv_head, w.map_batch);
+        }
+      }
+      mbar_wait(&sm.v8_empty[j], phase8 ^ 1);
+      if (leader) mbar_arrive_expect_tx(&sm.v8_full[j], T::kVRawBytes);
+      uint8_t* const v_dst = sm.v8_tiles + j * T::kVRawBytes;
+      if (paged) {
+        if (lane * box < T::kBc) {
+          tma_load_4d(v_dst + lane * box * T::kD, &params.v_map, &sm.v8_full[j], 0, row, kv_head,
+                      page);
+        }
+      } else if (leader) {
+        tma_load_4d(v_dst, &params.v_map, &sm.v8_full[j], 0, first, kv_head, w.map_batch);
+      }
+    };
+    if (loader) {
+      if (paged) look_up(0);
+      load(0);
+      if (paged && w.n_blocks > 1) look_up(1);
+    }
+    for (int it = 0; it < w.n_blocks; ++it) {
+      // The next block loads while this one's V is transposed (its raw slot frees once every
+      // thread has transposed the block before this one).
+      if (loader && it + 1 < w.n_blocks) {
+        load(it + 1);
+        if (paged && it + 2 < w.n_blocks) look_up(it + 2);
+      }
+      int64_t const at = pipe + it;
+      int const s = int(at % T::kStages), j = int(at % T::kVRawSlots);
+      uint32_t const phase = (at / T::kStages) & 1, phase8 = (at / T::kVRawSlots) & 1;
+      mbar_wait(&sm.v8_full[j], phase8);
+      mbar_wait(&sm.v_empty[s], phase ^ 1);
+      int const keys = w.seq.sk - (w.n_begin + w.n_blocks - 1 - it) * T::kBc;
+      transpose(smem_addr(sm.v8_tiles + j * T::kVRawBytes),
+                smem_addr(sm.v_tiles + s * T::kVBytes), keys);
       fence_proxy_async_shared();
       mbar_arrive(&sm.v_full[s]);
       mbar_arrive(&sm.v8_empty[j]);

@@ -114,12 +114,16 @@ struct Slot {
 // loops made ptxas fence every wgmma (C7519, 126 times in one file) and spill in the consumers.
 //
 // kMma: the products' element type, T::kType but in the e4m3 instantiation, whose stages and Q
-// tile hold fp16 for either query type (kernel.cuh).
+// tile hold fp16 for either query type (kernel.cuh). An FP8 tile (kMma E4M3) steps S = Q K^T by
+// k32 (32 bytes, as the 16-bit k16 steps) and reads its V stages transposed (tile.cuh), P V by
+// k32 steps of P's e4m3 registers (to_p).
 template <class T, int kQkSteps, int kVCols, DType kMma, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
                                              float (&o)[T::kDv / 2], Softmax&& softmax) {
-  static_assert(kQkSteps <= T::kD / 16 && kVCols <= T::kDv && kVCols % 16 == 0, "narrower dims");
+  static_assert(kQkSteps <= T::kQkSteps && kVCols <= T::kDv && kVCols % 16 == 0, "narrower dims");
+  constexpr bool kFp8 = kMma == DType::kE4M3;
+  static_assert(kFp8 == T::kFp8, "e4m3 products on an FP8 tile");
   constexpr bool kStepped = Slot<T>::kStepped;
   // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
@@ -141,21 +145,32 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     wgmma_commit();
   };
   // Issues O += P V for the key block in `slot` (committed, not waited for).
-  auto issue_pv = [&](Slot<T> slot, uint32_t const(&pk)[T::kBc / 4]) {
+  auto issue_pv = [&](Slot<T> slot, uint32_t const(&pk)[T::kPRegs]) {
     uint32_t const v_base = smem_addr(sm.v_tiles) + slot.stage * T::kVBytes;
-    uint64_t const vd = make_desc_sw128(v_base, T::kBc * 128, 1024);
+    // 16-bit: V as loaded, N-major (16 keys = 16 rows of 128 bytes per k16 step). FP8: V
+    // transposed, K-major core matrices 128 bytes apart along the keys (two per k32 step).
+    uint64_t const vd = kFp8 ? make_desc_none(v_base, 128, T::kVtGroupBytes)
+                             : make_desc_sw128(v_base, T::kBc * 128, 1024);
     mbar_wait(&sm.v_full[slot.stage], slot.phase);
     // O's rescaling and P's packing are finished before wgmma.fence orders them for the tensor
     // cores (the compiler may not sink them past it).
     fence_operands(o);
     fence_operands(pk);
     wgmma_fence();
+    constexpr int kStepKeys = kFp8 ? 32 : 16;
 #pragma unroll
-    for (int kk = 0; kk < T::kBc / 16; ++kk) {
+    for (int kk = 0; kk < T::kBc / kStepKeys; ++kk) {
       uint32_t const a[4] = {pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3]};
       // O's first kVCols columns: the accumulator's first kVCols / 2 floats per thread.
-      Wgmma<kMma, kVCols, Operands::kRS, 1>::run(*reinterpret_cast<float(*)[kVCols / 2]>(&o[0]),
-                                                     a, desc(vd, v_base, kk * 2048, T::kBc * 128), 1);
+      auto& acc = *reinterpret_cast<float(*)[kVCols / 2]>(&o[0]);
+      if constexpr (kFp8) {
+        uint64_t const db = kStepped ? vd + kk * 256 / 16
+                                     : make_desc_none(v_base + kk * 256, 128, T::kVtGroupBytes);
+        Wgmma<kMma, kVCols, Operands::kRS, 0>::run(acc, a, db, 1);
+      } else {
+        Wgmma<kMma, kVCols, Operands::kRS, 1>::run(acc, a, desc(vd, v_base, kk * 2048, T::kBc * 128),
+                                                   1);
+      }
     }
     wgmma_commit();
   };
@@ -165,12 +180,28 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
 #pragma unroll
     for (int i = 0; i < kVCols / 2; ++i) o[i] *= rescale[(i >> 1) & 1];
   };
-  // P in registers: the accumulator layout of S is the A-operand layout of P V's wgmma.
+  // P in registers: the accumulator layout of S is the A-operand layout of P V's wgmma. In e4m3
+  // it is not: a thread's accumulators of a 32-key step are columns {2t, 2t + 1, 8 + 2t, 9 + 2t}
+  // of its rows in each 16-key half (t = lane % 4), its A bytes k = 4t .. 4t + 3 of them. The
+  // bytes are packed in that order, so A's k = 4t + i holds key 8 (i / 2) + 2t + i % 2 of the
+  // half, and the producer writes V's keys into the transposed stage in the same order
+  // (mainloop_load.cuh's load_transpose_v): no shuffles between threads.
   using MmaElem = std::conditional_t<kMma == DType::kBF16, __nv_bfloat16, __half>;
-  auto to_p = [&](float const(&sc)[T::kBc / 2], uint32_t(&pk)[T::kBc / 4]) {
+  auto to_p = [&](float const(&sc)[T::kBc / 2], uint32_t(&pk)[T::kPRegs]) {
+    if constexpr (kFp8) {
 #pragma unroll
-    for (int i = 0; i < T::kBc / 4; ++i) {
-      pk[i] = ptx::pack2<MmaElem>(sc[2 * i], sc[2 * i + 1]);
+      for (int kk = 0; kk < T::kBc / 32; ++kk) {
+        float const* s = sc + 16 * kk;  // n8 tiles 4 kk .. 4 kk + 3: (r0, r0), (r0 + 8, r0 + 8)
+        pk[4 * kk + 0] = ptx::e4m3x4_from(s[0], s[1], s[4], s[5]);     // row r0, keys 0-15
+        pk[4 * kk + 1] = ptx::e4m3x4_from(s[2], s[3], s[6], s[7]);     // row r0 + 8
+        pk[4 * kk + 2] = ptx::e4m3x4_from(s[8], s[9], s[12], s[13]);   // row r0, keys 16-31
+        pk[4 * kk + 3] = ptx::e4m3x4_from(s[10], s[11], s[14], s[15]); // row r0 + 8
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < T::kBc / 4; ++i) {
+        pk[i] = ptx::pack2<MmaElem>(sc[2 * i], sc[2 * i + 1]);
+      }
     }
   };
   auto release = [&](uint64_t* empty, Slot<T> slot) {
@@ -189,7 +220,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     // Q K^T, this warpgroup's threads run block it + 1's softmax.
     if (n_blocks > 0) {
       float sc[T::kBc / 2];
-      uint32_t pk[T::kBc / 4];
+      uint32_t pk[T::kPRegs];
       float rescale[2];
       turns.take();
       issue_qk(cur, sc);
@@ -238,7 +269,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   } else {
     for (int it = 0; it < n_blocks; ++it, cur = cur.next()) {
       float sc[T::kBc / 2];
-      uint32_t pk[T::kBc / 4];
+      uint32_t pk[T::kPRegs];
       float rescale[2];
       turns.take();
       issue_qk(cur, sc);

@@ -121,6 +121,14 @@ __device__ __forceinline__ uint64_t make_desc_sw128(uint32_t addr, uint32_t lbo,
          (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
 
+// The same for an operand without swizzle (layout type 0): K-major 16-byte core matrices of 8
+// rows, `lbo` bytes apart along K and `sbo` bytes apart along M / N (an FP8 tile's transposed V
+// stages, tile.cuh).
+__device__ __forceinline__ uint64_t make_desc_none(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFF) << 32);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }

@@ -46,7 +46,16 @@ struct OnlineSoftmax {
   // 2.2 apart in log2 units). The LSE and the final division use the maximum the sums were
   // taken against, so the result is the same up to rounding. Rescaling O every block cost
   // kDv / 2 FMULs per thread between a block's P V and the next one's issue (128 at d 256).
-  static constexpr float kStaleLog2 = 8.f;
+  //
+  // An FP8 tile rounds P to e4m3 for P V, whose 3 mantissa bits hold the same relative
+  // precision from 2^-6 to 448 (subnormals down to 2^-9): its rows keep a maximum only within a
+  // factor 2 (kStaleLog2 1) and their probabilities carry 2^7 (kPBias, added to the exponent for
+  // free), so P lies in [0, 256] and the smallest probabilities kept at full precision fall from
+  // 2^-6 to 2^-13 of the row's maximum. The sums carry the factor too; the epilogue takes it out
+  // (kSumScale) of the sums and of O.
+  static constexpr float kStaleLog2 = T::kFp8 ? 1.f : 8.f;
+  static constexpr float kPBias = T::kFp8 ? 7.f : 0.f;
+  static constexpr float kSumScale = T::kFp8 ? 1.f / 128.f : 1.f;
 
   // Masks the scores of the key block starting at key0 and turns them into unnormalised
   // probabilities in place, updating the row statistics; returns in `rescale` the factor O must
@@ -125,11 +134,12 @@ struct OnlineSoftmax {
       float const use_c = (mx == -INFINITY ? 0.f : mx) * c[r];
       rescale[r] = keep ? 1.f : ptx::exp2_approx(fmaf(row_max[r], c[r], -use_c));
       row_max[r] = mx;
+      float const offset = T::kFp8 ? kPBias - use_c : -use_c;
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < T::kBc / 2; ++i) {
         if (((i >> 1) & 1) == r) {
-          sc[i] = ptx::exp2_approx(fmaf(sc[i], c[r], -use_c));
+          sc[i] = ptx::exp2_approx(fmaf(sc[i], c[r], offset));
           sum += sc[i];
         }
       }

@@ -27,7 +27,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 cudaError_t encode_tile_map(CUtensorMap* map, DType dtype, void const* base, int64_t head_dim,
                             int64_t rows, int64_t heads, int64_t batch, int64_t seq_stride,
                             int64_t head_stride, int64_t batch_stride, int box_rows,
-                            int box_cols) {
+                            int box_cols, BoxSwizzle swizzled) {
   PFN_cuTensorMapEncodeTiled_v12000 const encode = encoder();
   if (encode == nullptr) return cudaErrorInvalidValue;
   int64_t const bytes = dtype_size(dtype);
@@ -46,9 +46,11 @@ cudaError_t encode_tile_map(CUtensorMap* map, DType dtype, void const* base, int
   CUtensorMapDataType const type = e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  bool const swizzle =
+      swizzled == BoxSwizzle::kByType ? !e4m3 : swizzled == BoxSwizzle::k128;
   CUresult const r = encode(
       map, type, 4, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, e4m3 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }

@@ -48,8 +48,17 @@ template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool k
           bool kPingpong_, bool kPersistent_>
 struct Tile {
   static constexpr DType kType = kType_;
-  using Elem = std::conditional_t<kType == DType::kBF16, __nv_bfloat16, __half>;
+  // An FP8 tile: e4m3 Q, K and V (config.hpp's e4m3 layout), products on wgmma's k32 e4m3 form,
+  // O in bf16 or fp16 (ForwardParams::o_bf16).
+  static constexpr bool kFp8 = kType == DType::kE4M3;
+  using Elem = std::conditional_t<kType == DType::kBF16, __nv_bfloat16,
+                                  std::conditional_t<kFp8, uint8_t, __half>>;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  // Columns of a 128-byte swizzle block (a TMA box's width), and the 32-byte k steps of
+  // S = Q K^T (k16 for 16-bit types, k32 for e4m3).
+  static constexpr int kBlockCols = 128 / kElemBytes;
   static constexpr int kD = kD_;
+  static constexpr int kQkSteps = kD * kElemBytes / 32;
   static constexpr int kBc = kBc_;
   static constexpr int kStages = kStages_;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups, 64 query rows each
@@ -64,29 +73,40 @@ struct Tile {
   static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBr = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Shared memory: tiles stored as 64-column blocks of rows x 128 bytes, kD / 64 of them (V's:
-  // kDv / 64) (the SWIZZLE_128B atom is 8 rows x 128 bytes, so every block starts 1024-byte
-  // aligned).
-  static constexpr int kQBytes = kBr * kD * 2;
-  static constexpr int kKVBytes = kBc * kD * 2;
+  // Shared memory: tiles stored as blocks of kBlockCols columns (128 bytes) of rows, kD /
+  // kBlockCols of them (V's: kDv / 64) (the SWIZZLE_128B atom is 8 rows x 128 bytes, so every
+  // block starts 1024-byte aligned).
+  static constexpr int kQBytes = kBr * kD * kElemBytes;
+  static constexpr int kKVBytes = kBc * kD * kElemBytes;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
   // The columns of V and O: kD, or at d 192 128 where V's stages of kD columns would not fit
   // (config.hpp's v_cols: 128 keys, a kernel for value head dims up to 128).
   static constexpr int kDv =
       kD != 192 || 1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= 227 * 1024 ? kD : 128;
-  static constexpr int kVBytes = kBc * kDv * 2;
+  // An FP8 tile's V stages hold V transposed ([kDv rows][kBc keys], 16-byte core matrices of 8
+  // rows, groups of 8 rows kVtGroupBytes apart: config.hpp's e4m3 layout).
+  static constexpr int kVtGroupBytes = kBc / 16 * 128 + 16;
+  static constexpr int kVBytes = kFp8 ? kDv / 8 * kVtGroupBytes : kBc * kDv * 2;
   static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes +
                                     kStages * (kKVBytes + kVBytes) + kBarrierBytes;
   // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
-  static constexpr int kOBytes = kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
-  static constexpr int kSmemBytes = kPipeBytes + kOBytes;
+  // None in an FP8 tile (its O rows are twice its Q rows' bytes).
+  static constexpr int kOBytes =
+      !kFp8 && kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
+  // An FP8 tile's V as TMA loads it, before the producer transposes it: kVRawSlots slots (two
+  // where they fit) of kBc rows x kD bytes after the pipeline's barriers, then their "full" and
+  // "empty" barriers (Smem's v8_tiles, v8_full, v8_empty).
+  static constexpr int kVRawBytes = kBc * kD;
+  static constexpr int kVRawSlots = kPipeBytes + 2 * (kVRawBytes + 16) <= 227 * 1024 ? 2 : 1;
+  static constexpr int kSmemBytes =
+      kFp8 ? kPipeBytes + kVRawSlots * (kVRawBytes + 16) : kPipeBytes + kOBytes;
   // At d 192 and 256, whose stages leave no room for O's buffer, a block that runs one tile
   // stages O in its Q tile instead (FA4's layout: a warpgroup's 64 rows of each column block are
   // its own Q rows, read by no wgmma once its last Q K^T is waited on); a persistent block's
   // producer loads the next tile's Q there, so it stores O by the threads.
-  static constexpr bool kOInQ = kOBytes == 0 && kD >= 192 && !kPersistent;
+  static constexpr bool kOInQ = !kFp8 && kOBytes == 0 && kD >= 192 && !kPersistent;
   static_assert(kDv <= kD, "O's columns fit in the Q tile's");
   static constexpr bool kOStaged = kOBytes > 0 || kOInQ;
   // An e4m3 cache's layout (config.hpp's e4m3_smem_bytes): no O buffer, and after the 16-bit
@@ -106,14 +126,19 @@ struct Tile {
   // spilled at 232 (0.994x); for the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x
   // at 512-2048 keys with 40 / 232; and where S, P and O take more than 200 of 232 (d 128 with
   // 192 keys: 208, the rule's limit, and ptxas serialized its wgmmas, C7512).
+  // P's registers per consumer thread (packed pairs, or four e4m3 bytes each).
+  static constexpr int kPRegs = kFp8 ? kBc / 8 : kBc / 4;
   static constexpr bool kWideProducer =
-      kConsumers == 2 && kD <= 192 && kDv == kD && kBc * 3 / 4 + kDv / 2 <= 200;
+      kConsumers == 2 && kD <= 192 && kDv == kD && kBc / 2 + kPRegs + kDv / 2 <= 200;
+  // An FP8 tile's producer transposes V as well as loading: 56 / 224 (at 40 / 232 ptxas spilled
+  // 24-32 bytes in the persistent d 128 kernel; its consumers' S, P and O take 144 registers).
   static constexpr int kProducerRegs =
-      kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
+      kFp8 ? 56 : kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
   static constexpr int kConsumerRegs =
-      kConsumers == 1 ? 256 : kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;
+      kFp8 ? 224 : kConsumers == 1 ? 256 : kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;
 
-  static_assert(kD % 64 == 0 && kD <= 256, "head_dim in 64-column swizzle blocks");
+  static_assert(kD % kBlockCols == 0 && kD <= 256, "head_dim in whole 128-byte swizzle blocks");
+  static_assert(!kFp8 || (kConsumers == 2 && kBc % 32 == 0), "FP8: two consumers, k32 steps");
   static_assert(kBc % 16 == 0 && kBc <= 256, "keys per block: a k16 step of P V at a time");
   static_assert(kSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
   static_assert(!kPingpong || kConsumers == 2, "ping-pong alternates two warpgroups");
@@ -139,7 +164,7 @@ struct Smem {
   uint8_t* v_tiles;
   uint8_t* o_tile;  // [kBr / 64 warpgroups][kDv / 64 column blocks][64 rows][128 bytes], swizzled
   uint8_t* k8_tiles;  // kE4M3Slots each, e4m3 caches only: [B_c rows][kD bytes]
-  uint8_t* v8_tiles;
+  uint8_t* v8_tiles;  // the same, or in an FP8 tile kVRawSlots of V as TMA loads it
   uint64_t* q_full;
   uint64_t* q_empty;
   uint64_t* k_full;  // kStages each
@@ -148,6 +173,7 @@ struct Smem {
   uint64_t* v_empty;
   uint64_t* k8_full;  // kE4M3Slots each, e4m3 caches only
   uint64_t* k8_empty;
+  // v8_full and v8_empty: kE4M3Slots each for e4m3 caches, kVRawSlots in an FP8 tile
   uint64_t* v8_full;
   uint64_t* v8_empty;
 
@@ -158,9 +184,11 @@ struct Smem {
     v_tiles = k_tiles + T::kStages * T::kKVBytes;
     o_tile = v_tiles + T::kStages * T::kVBytes;
     k8_tiles = o_tile;
-    v8_tiles = k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
+    v8_tiles = T::kFp8 ? o_tile : k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(
-        e4m3 ? v8_tiles + T::kE4M3Slots * T::kE4M3Bytes : o_tile + T::kOBytes);
+        T::kFp8 ? v8_tiles + T::kVRawSlots * T::kVRawBytes
+        : e4m3  ? v8_tiles + T::kE4M3Slots * T::kE4M3Bytes
+                : o_tile + T::kOBytes);
     q_full = bars;
     q_empty = bars + 1;
     k_full = bars + 2;
@@ -169,23 +197,30 @@ struct Smem {
     v_empty = v_full + T::kStages;
     k8_full = v_empty + T::kStages;
     k8_empty = k8_full + T::kE4M3Slots;
-    v8_full = k8_empty + T::kE4M3Slots;
-    v8_empty = v8_full + T::kE4M3Slots;
+    v8_full = T::kFp8 ? k8_full : k8_empty + T::kE4M3Slots;
+    v8_empty = v8_full + (T::kFp8 ? T::kVRawSlots : T::kE4M3Slots);
   }
 
   // By one thread, before the block's first barrier: a "full" barrier completes on the
   // producer's arrival and its bytes (TMA), or on kv_arrivals producer threads' arrivals after
   // their copies (gathered K and V) or conversions (e4m3); an "empty" one on an arrival per
   // consumer warp. An e4m3 stage's "full" barrier completes on TMA's bytes, its "empty" one
-  // on the kv_arrivals converting threads.
+  // on the kv_arrivals converting threads. An FP8 tile's K stages are TMA's (one arrival), its
+  // V stages the 128 transposing threads', its raw V slots TMA's and the transposing threads'.
   __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals, bool e4m3) const {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(&k_full[s], kv_arrivals);
-      mbar_init(&v_full[s], kv_arrivals);
+      mbar_init(&k_full[s], T::kFp8 ? 1 : kv_arrivals);
+      mbar_init(&v_full[s], T::kFp8 ? 128 : kv_arrivals);
       mbar_init(&k_empty[s], 4 * T::kConsumers);
       mbar_init(&v_empty[s], 4 * T::kConsumers);
+    }
+    if constexpr (T::kFp8) {
+      for (int s = 0; s < T::kVRawSlots; ++s) {
+        mbar_init(&v8_full[s], 1);
+        mbar_init(&v8_empty[s], 128);
+      }
     }
     if (e4m3) {
       for (int s = 0; s < T::kE4M3Slots; ++s) {

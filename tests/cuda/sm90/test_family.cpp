@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "cuda/family_cases.hpp"
 #include "cuda/sm80/family.hpp"
@@ -178,7 +179,7 @@ TEST_SUITE("family") {
     }
   }
 
-  TEST_CASE("sm90: e4m3 caches run on the fp8 tiles at d 64 and 128 in TMA boxes; e4m3 queries nowhere") {
+  TEST_CASE("sm90: e4m3 caches run on the fp8 tiles at d 64 and 128 in TMA boxes") {
     KernelFamily const& f = sm90::kFamily;
     KernelConfig const tile = test::sm90_kernel(128, true);  // stages 2, overlap, persistent
     REQUIRE(sm90::rules::fp8_kv_tile(tile));
@@ -228,9 +229,47 @@ TEST_SUITE("family") {
     why = f.cannot_run(tile, odd);
     CHECK(why.find("v_seq_stride = " + std::to_string(odd.v.seq)) != std::string::npos);
 
-    Problem q8 = p;
-    q8.dtype = DType::kE4M3;
-    CHECK(f.cannot_run(tile, q8).find("dtype = 4 (FA_DTYPE_E4M3)") != std::string::npos);
+  }
+
+  TEST_CASE("sm90: e4m3 queries run on the FP8 kernels in TMA boxes, their rows in 16-byte units") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig fp8 = test::sm90_kernel(128, true);
+    fp8.dtype = DType::kE4M3;
+    REQUIRE(sm90::rules::own(fp8));
+    Problem q8 = test::dense_problem(2, 1000, 1000, 16, 4);
+    q8.dtype = q8.kv_dtype = DType::kE4M3;
+    CHECK(f.cannot_run(fp8, q8).empty());
+    // Its own layout, whatever the problem (no 16-bit stages to convert into).
+    CHECK(f.smem_bytes(fp8, q8) == sm90::smem_bytes(fp8));
+    // The choice matches dtypes: a 16-bit kernel is refused there (choice.cpp), by its dtype.
+    KernelConfig const bf16 = test::sm90_kernel(128, true);
+    CHECK(cannot_run(bf16, q8).find("its dtype differs from fa_config.dtype = 4") != std::string::npos);
+    CHECK(cannot_run(fp8, q8).empty());
+    Problem paged = q8;
+    paged.layout = Layout::kPagedKv;
+    paged.max_pages_per_seq = 1000;
+    paged.num_pages = 2000;
+    for (int64_t page : {8, 16, 64, 256}) {
+      paged.page_size = page;
+      CHECK_MESSAGE(f.cannot_run(fp8, paged).empty(), "page_size ", page);
+    }
+    for (int64_t page : {1, 3, 12}) {
+      paged.page_size = page;
+      std::string const why = f.cannot_run(fp8, paged);
+      CHECK_MESSAGE(why.find("page_size = " + std::to_string(page) + ": the sm90 family's e4m3 "
+                             "kernels read pages in TMA boxes") != std::string::npos, why);
+    }
+    for (auto [stride, name] : {std::pair{&TensorStrides::seq, "q_seq_stride"},
+                                std::pair{&TensorStrides::head, "q_head_stride"}}) {
+      Problem odd = q8;
+      odd.q.*stride += 8;
+      std::string const why = f.cannot_run(fp8, odd);
+      CHECK_MESSAGE(why.find(std::string(name) + " = " + std::to_string(odd.q.*stride) +
+                             " is not a multiple of 16 elements") != std::string::npos, why);
+    }
+    Problem odd_k = q8;
+    odd_k.k.head += 8;
+    CHECK(f.cannot_run(fp8, odd_k).find("k_head_stride") != std::string::npos);
   }
 }
 

@@ -193,8 +193,9 @@ pub enum DType {
     F32,
     /// FP8 E4M3 (e4m3fn): an input type only (q, or k and v; see
     /// [`ConfigBuilder::kv_dtype`]), descaled by [`RunArgs::q_descale`] and its siblings. CPU
-    /// contexts run it; GPU contexts run e4m3 K/V caches with 16-bit queries (the mma.sync
-    /// family's decode tiles), e4m3 queries not yet ([`Status::Unsupported`]).
+    /// contexts run it; GPU contexts run e4m3 K/V caches with 16-bit queries (both families)
+    /// and, on Hopper, e4m3 queries with an e4m3 cache (the sm90 family's FP8 kernels at head
+    /// dims up to 256; elsewhere [`Status::Unsupported`]).
     E4m3,
 }
 
