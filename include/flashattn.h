@@ -413,10 +413,12 @@ typedef struct fa_run_args {
    *  sm_89 GPUs run); rows past a sequence's length never affect o, whatever they hold. A bf16
    *  query row holding an infinity is held unscaled, so its finite values past fp16's 65504 become
    *  infinities too.
-   *  GPU kernels with e4m3 queries (sm90 FP8 kernels) multiply e4m3 q' and k' exactly on the
-   *  tensor cores with float32 sums, fold softmax_scale * log2(e) * q_descale * k_descale (one
-   *  float32 product) into the exponent's scale where it is positive and no score transform
-   *  applies (else they multiply each score by q_descale * k_descale), round each unnormalised
+   *  GPU kernels with e4m3 queries (sm90 FP8 kernels) multiply e4m3 q' and k' on the tensor
+   *  cores, whose sums of FP8 products on Hopper keep fewer mantissa bits than float32 (scores,
+   *  and so the LSE, carry an error near 2^-12 of the sum of |q'_i k'_i| times the scale), fold
+   *  softmax_scale * log2(e) * q_descale * k_descale (float32 products) into the exponent's scale
+   *  where it is positive and no score transform applies (else they multiply each score by
+   *  q_descale * k_descale), round each unnormalised
    *  probability to e4m3 for P v' after scaling it by 2^7 (a row's probabilities are kept within
    *  [0, 2] of its running maximum, so the rounded values lie in [0, 256], a relative error of at
    *  most 2^-4 for every probability down to 2^-13 of the maximum; the row sums are taken before

@@ -266,7 +266,9 @@ def fp8_kv_configs(dtype, d_head):
 def fp8_prefill_configs(d_head):
     """The sm90 family's FP8 kernel per head dim (e4m3 Q, K and V; rules::e4m3_ok in
     src/cuda/sm90/config.hpp: two consumer warpgroups at d 128 and 256), built whenever the build's
-    dtypes name e4m3, and so the choice for every e4m3 problem: the persistent two-stage
+    dtypes name e4m3 in the default, all and sm90 sets (the others are the seed's 16-bit lists),
+    and so in the default set the choice for every e4m3 problem (in all and sm90 the table's
+    16-bit picks apply where an FP8 kernel of their knobs is built): the persistent two-stage
     overlapped tile, 128 keys per block at d 128, 64 at d 256 (S, P and O of 128 keys take 208
     registers there, over an FP8 consumer's 224 less 24). Of the 24 tuning candidates
     (fp8_tuning_configs) swept on the FA-paper grid (H200, docs/performance.md) it ran within 1%

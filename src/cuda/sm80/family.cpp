@@ -23,11 +23,12 @@ bool pack_gqa(KernelConfig const& k, Problem const& p) {
 
 // A head dim below the kernel's runs with the 16-byte chunks past it zero-filled on load and
 // never stored (smem_tile.cuh, epilogue.cuh), hence multiples of 8. An e4m3 cache with 16-bit
-// queries runs on the fp8_kv_tile kernels (their third instantiation); e4m3 queries on none.
+// queries runs on the fp8_kv_tile kernels (their third instantiation); e4m3 queries on none (the
+// sm90 family's FP8 kernels run them).
 std::string cannot_run(KernelConfig const& k, Problem const& p) {
   if (p.dtype == DType::kE4M3) {
     return "fa_config.dtype = 4 (FA_DTYPE_E4M3): the mma.sync family reads 16-bit queries (e4m3 "
-           "queries run on CPU contexts)";
+           "queries run on the sm90 family's FP8 kernels and on CPU contexts)";
   }
   if (p.kv_dtype == DType::kE4M3) {
     if (!rules::fp8_kv_tile(k)) {

@@ -440,6 +440,9 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
   constexpr int kKeyGroups = T::kBc / 16;
   constexpr int kUnits = kKeyGroups * (T::kD / 128);  // (key group, column block) pairs
   static_assert(kUnits % 4 == 0, "FP8: the units spread over the producer's four warps");
+  // Warp 0 copies block it + 1 into the raw slot block it - 1 freed before it transposes block it
+  // itself: two slots (every valid FP8 config has them: config.hpp's e4m3_v_slots).
+  static_assert(T::kVRawSlots == 2, "FP8: a raw V slot loading while the other is transposed");
   ForwardParams const& p = params.p;
   int const lane = ptid % 32, warp = ptid / 32;
   bool const leader = ptid == 0, loader = ptid < 32;

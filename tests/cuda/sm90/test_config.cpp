@@ -85,9 +85,13 @@ TEST_SUITE("family") {
     check_valid(kFp8);
     check_valid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 256, c.B_c = 64; }));
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 64; }),
-                  "an E4M3 kernel needs n_warps = 12, d_head = 128 or 256 and B_c = 64, 128 or "
-                  "256 (got n_warps = 12, d_head = 64, B_c = 128)");
+                  "an E4M3 kernel needs n_warps = 12, d_head = 128 or 256, B_c = 64, 128 or 256 "
+                  "and room for two raw V slots (got n_warps = 12, d_head = 64, B_c = 128, 2 "
+                  "slot(s))");
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.B_c = 96; }), "an E4M3 kernel needs");
+    // 256 keys at 3 stages leave room for one raw V slot (214896 + 2 * 32784 bytes over 227 KiB).
+    check_invalid(test::with(kFp8, [](KernelConfig& c) { c.B_c = 256, c.stages = 3; }),
+                  "B_c = 256, 1 slot(s)");
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.n_warps = 16, c.B_r = 192; }),
                   "an E4M3 kernel needs");
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 256; }),
