@@ -40,12 +40,16 @@ std::string e4m3_strides(Problem const& p) {
     char const* name;
     int64_t value;
   };
-  for (Stride s : {Stride{"k_batch_stride", p.k.batch}, Stride{"k_seq_stride", p.k.seq},
+  bool const q8 = p.dtype == DType::kE4M3;
+  for (Stride s : {Stride{"q_batch_stride", q8 ? p.q.batch : 0},
+                   Stride{"q_seq_stride", q8 ? p.q.seq : 0},
+                   Stride{"q_head_stride", q8 ? p.q.head : 0},
+                   Stride{"k_batch_stride", p.k.batch}, Stride{"k_seq_stride", p.k.seq},
                    Stride{"k_head_stride", p.k.head}, Stride{"v_batch_stride", p.v.batch},
                    Stride{"v_seq_stride", p.v.seq}, Stride{"v_head_stride", p.v.head}}) {
     if (s.value % 16 != 0) {
       return "fa_config." + std::string(s.name) + " = " + std::to_string(s.value) +
-             " is not a multiple of 16 elements, which the GPU kernels need of an e4m3 cache "
+             " is not a multiple of 16 elements, which the GPU kernels need of e4m3 tensors "
              "(16-byte rows)";
     }
   }

@@ -86,9 +86,9 @@ std::string head_dim_below(KernelConfig const& k, Problem const& p, char const* 
 // 8, else empty.
 std::string value_dim_differs(Problem const& p, char const* family);
 
-// Why the GPU kernels cannot read `p`'s e4m3 cache: a message naming the first K or V stride
-// that is not a multiple of 16 elements (their rows are copied in 16-byte units: cp.async,
-// TMA), else empty.
+// Why the GPU kernels cannot read `p`'s e4m3 tensors: a message naming the first K or V stride,
+// or with e4m3 queries Q stride, that is not a multiple of 16 elements (their rows are copied in
+// 16-byte units: cp.async, TMA), else empty.
 std::string e4m3_strides(Problem const& p);
 
 // Bytes of the fp32 partials of a `num_splits`-way split (the combine kernel's layout,

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <utility>
 
 #include "cuda/device.hpp"
 #include "cuda/family.hpp"
@@ -31,13 +30,6 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
              "e4m3 kernels read pages in TMA boxes of a multiple of 8 rows (gcd(B_c, page_size))";
     }
     if (std::string why = e4m3_strides(p); !why.empty()) return why;
-    for (auto [name, value] : {std::pair{"q_batch_stride", p.q.batch}, std::pair{"q_seq_stride", p.q.seq},
-                               std::pair{"q_head_stride", p.q.head}}) {
-      if (value % 16 != 0) {
-        return "fa_config." + std::string(name) + " = " + std::to_string(value) +
-               " is not a multiple of 16 elements, which TMA needs of e4m3 queries (16-byte rows)";
-      }
-    }
   } else if (p.kv_dtype == DType::kE4M3) {
     // The e4m3 instantiation (tile.cuh's e4m3 stages, converted by the producer warpgroup).
     if (!rules::fp8_kv_tile(k)) {
