@@ -1611,3 +1611,63 @@ TEST_CASE("e4m3 queries on pages the FP8 kernels would gather are refused by nam
     CHECK(std::string(fa_last_error_detail()).find("page_size = 1") != std::string::npos);
   }
 }
+
+TEST_CASE("e4m3 queries: persistent FP8 blocks walking many tiles give each sequence's result bit for bit") {
+  // 4 sequences x 16 heads x 8 query tiles = 512 tiles: every persistent block walks several,
+  // carrying its pipeline's stage and raw V slot phases and its Q buffer from tile to tile. Each
+  // sequence alone (128 tiles, at most one per block on a 132-SM H100 or H200) must give the
+  // same bytes: a tile's arithmetic does not depend on which block runs it.
+  Gpu gpu;
+  for (auto [dtype, dim] : compiled_shapes(true)) {
+    for (int64_t page : {int64_t(0), int64_t(16)}) {
+      for (bool causal : {false, true}) {
+        FeatureCase c;
+        c.dtype = c.kv_dtype = FA_DTYPE_E4M3;
+        c.head_dim = dim;
+        c.heads_q = 16;
+        c.heads_kv = 4;
+        c.causal = causal;
+        c.descale = FA_DESCALE_PER_TENSOR;
+        c.layout = page == 0 ? FA_LAYOUT_DENSE : FA_LAYOUT_PAGED_KV;
+        c.page_size = page;
+        c.capacity_extra = 0;
+        c.sq = {1024, 1024, 1024, 1024};
+        c.sk = page == 0 ? c.sq : std::vector<int64_t>{2048, 2048, 2048, 2048};
+        FeatureData all = fa_test::make_feature_data(c, 21000 + dim + page);
+        FeatureCase one = c;
+        one.sq = {c.sq[0]};
+        one.sk = {c.sk[0]};
+        for (fa_kernel_config const& k : fp8_kernels(gpu, all, dim)) {
+          FeatureData batch = all;
+          run_plan(gpu, batch, &k);
+          size_t const o_seq = batch.o.size() / 4, q_seq = all.q.size() / 4;
+          for (size_t b = 0; b < 4; ++b) {
+            FeatureData alone = fa_test::make_feature_data(one, 1);
+            std::copy_n(all.q.begin() + b * q_seq, q_seq, alone.q.begin());
+            if (page == 0) {
+              size_t const kv_seq = all.k.size() / 4;
+              std::copy_n(all.k.begin() + b * kv_seq, kv_seq, alone.k.begin());
+              std::copy_n(all.v.begin() + b * kv_seq, kv_seq, alone.v.begin());
+            } else {
+              // The sequence's pages, in its table's order, as the one sequence's pool.
+              size_t const page_bytes = alone.k.size() / alone.config.num_pages;
+              int64_t const per_seq = all.config.max_pages_per_seq;
+              for (int64_t i = 0; i < per_seq; ++i) {
+                size_t const from = size_t(all.block_table[size_t(b * per_seq + i)]) * page_bytes;
+                size_t const to = size_t(alone.block_table[size_t(i)]) * page_bytes;
+                std::copy_n(all.k.begin() + from, page_bytes, alone.k.begin() + to);
+                std::copy_n(all.v.begin() + from, page_bytes, alone.v.begin() + to);
+              }
+            }
+            alone.q_descale = all.q_descale;
+            alone.k_descale = all.k_descale;
+            alone.v_descale = all.v_descale;
+            run_plan(gpu, alone, &k);
+            INFO(name_of(k) << " sequence " << b << " page " << page << " causal " << causal);
+            CHECK(std::equal(alone.o.begin(), alone.o.end(), batch.o.begin() + b * o_seq));
+          }
+        }
+      }
+    }
+  }
+}
