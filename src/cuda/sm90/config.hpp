@@ -43,22 +43,32 @@ constexpr int64_t v_cols(KernelConfig const& c) {
 // of one instruction in distinct banks: mainloop_load.cuh), and after the pipeline's barriers one
 // or two slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled) with a "full" and an
 // "empty" mbarrier each.
+// Each V stage is rounded up to 1024 bytes, so that O's staging buffer after the stages starts on
+// a 128-byte swizzle atom (TMA stores it from there); that buffer holds B_r rows of O in its
+// 16-bit type where it fits beside two raw V slots.
 constexpr int64_t e4m3_vt_group_bytes(int64_t b_c) { return b_c / 16 * 128 + 16; }
 constexpr int64_t e4m3_pipe_bytes(KernelConfig const& c) {
-  int64_t const vt = int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c);
+  int64_t const vt = (int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c) + 1023) / 1024 * 1024;
   return 1024 + int64_t(c.B_r) * c.d_head + int64_t(c.stages) * (int64_t(c.B_c) * c.d_head + vt) +
          8 * (2 + 4 * int64_t(c.stages));
 }
+constexpr int64_t e4m3_o_bytes(KernelConfig const& c) {
+  if (c.d_head != 128) return 0;  // d 256: staging spilled (tile.cuh)
+  int64_t const o = int64_t(c.B_r) * c.d_head * 2;
+  int64_t const slots = 2 * (int64_t(c.B_c) * c.d_head + 16);
+  return e4m3_pipe_bytes(c) + o + slots <= kMaxSmemBytesAnyArch ? o : 0;
+}
 constexpr int64_t e4m3_v_slots(KernelConfig const& c) {
   int64_t const slot = int64_t(c.B_c) * c.d_head + 16;
-  return e4m3_pipe_bytes(c) + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
+  return e4m3_pipe_bytes(c) + e4m3_o_bytes(c) + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
 }
 
 // The pipeline and O's staging buffer (B_r rows) at d 128 where it fits in 227 KiB (tile.cuh's
-// Tile::kSmemBytes); an FP8 kernel's own layout (no O buffer: its threads store O).
+// Tile::kSmemBytes); an FP8 kernel's own layout (its O buffer in O's 16-bit type, above).
 constexpr int64_t smem_bytes(KernelConfig const& c) {
   if (c.dtype == DType::kE4M3) {
-    return e4m3_pipe_bytes(c) + e4m3_v_slots(c) * (int64_t(c.B_c) * c.d_head + 16);
+    return e4m3_pipe_bytes(c) + e4m3_o_bytes(c) +
+           e4m3_v_slots(c) * (int64_t(c.B_c) * c.d_head + 16);
   }
   int64_t const q = int64_t(c.B_r) * c.d_head * dtype_size(c.dtype);
   int64_t const pipe = pipe_bytes(c, v_cols(c));
@@ -130,7 +140,7 @@ constexpr bool registers_ok(KernelConfig const& c) {
 }
 // FP8 kernels (e4m3 Q, K and V): two consumer warpgroups at d 128 or 256 (a row of K is one or
 // two 128-byte swizzle blocks; d 64's 64-byte rows would need another swizzle) with B_c of 64,
-// 128 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T, and two raw
+// 128, 192 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T, and two raw
 // V slots in shared memory (the producer loads one while it transposes the other).
 constexpr bool e4m3_ok(KernelConfig const& c) {
   return c.dtype != DType::kE4M3 || (c.n_warps == 12 && (c.d_head == 128 || c.d_head == 256) &&

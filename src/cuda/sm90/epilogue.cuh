@@ -21,11 +21,10 @@ namespace fa::cuda::sm90 {
 // apart), and has its first thread store them with TMA. The thread also waits, before the slab
 // is written, until its previous tile's stores have read it (long done: a tile's main loop runs
 // between).
-template <class T>
+template <class T, class Elem>
 __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const& sm, Work const& w,
                                             float const (&o)[T::kDv / 2], float const (&inv)[2],
                                             int wg, int64_t wg_row) {
-  using Elem = typename T::Elem;
   int const wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
   if (wtid == 0) tma_store_wait_read();
   warpgroup_sync(wg);
@@ -96,7 +95,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   // store_o_tma need).
   bool const by_tma = T::kOStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
   if constexpr (T::kOStaged) {
-    if (by_tma) store_o_tma<T>(params, sm, w, o, inv, wg, wg_row);
+    if (by_tma) store_o_tma<T, Elem>(params, sm, w, o, inv, wg, wg_row);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

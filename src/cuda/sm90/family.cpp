@@ -101,6 +101,9 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   // need the general one (as the mma.sync family's does). Splits do (the partials' epilogue).
   Problem dense_cache = p;
   if (dense_cache.layout == Layout::kPagedKv) dense_cache.layout = Layout::kKvCache;
+  // An FP8 kernel reads its descales in either instantiation (kernel.cuh): e4m3 queries alone do
+  // not need the general one, as an e4m3 cache with 16-bit queries does (its own instantiation).
+  if (k.dtype == DType::kE4M3) dense_cache.dtype = dense_cache.kv_dtype = DType::kBF16;
   s.general = needs_general(dense_cache, k.d_head, int(v_cols(k)), false, s.num_splits);
   if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
   return s;

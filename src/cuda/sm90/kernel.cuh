@@ -43,11 +43,11 @@ struct Narrow {
 // (mainloop_load.cuh's load_convert_e4m3) as fp16 for either query type, bf16 queries rewritten
 // as fp16 rows scaled by powers of two (mainloop_mma.cuh's q_bf16_to_fp16), so its products run
 // in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
-// An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in its general instantiation (FP8
-// problems need it: family.cpp's needs_general; the plain one is compiled, never launched): the
-// producer transposes V (mainloop_load.cuh's load_transpose_v), P is rounded to e4m3
-// (mainloop_mma.cuh), q_descale * k_descale is folded into the scores' scale as an e4m3 cache's
-// k_descale is, and v_descale into O, written in bf16 or fp16 (ForwardParams::o_bf16).
+// An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in both instantiations (its
+// descales are read in either: sm90/family.cpp's schedule): the producer transposes V
+// (mainloop_load.cuh's load_transpose_v), P is rounded to e4m3 (mainloop_mma.cuh), q_descale *
+// k_descale is folded into the scores' scale as an e4m3 cache's k_descale is, and v_descale into
+// O, written in bf16 or fp16 (ForwardParams::o_bf16), staged for TMA where it fits.
 template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -104,8 +104,10 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   // (not multiples of 16 bytes) is stored by the threads instead. (An e4m3 cache's layout has
   // no such buffer.)
   params.o_tma = 0;
+  // (An FP8 kernel's O is bf16 or fp16.)
+  DType const o_type = !T::kFp8 ? C.dtype : p.o_bf16 ? DType::kBF16 : DType::kFP16;
   if (T::kOStaged && p.num_splits == 1 && !e4m3 &&
-      encode_tile_map(&params.o_map, C.dtype, p.o, p.head_dim_v, q_rows, p.heads_q, q_batch,
+      encode_tile_map(&params.o_map, o_type, p.o, p.head_dim_v, q_rows, p.heads_q, q_batch,
                       p.o_seq_stride, p.o_head_stride, p.o_batch_stride, 64) == cudaSuccess) {
     params.o_tma = 1;
   }

@@ -86,22 +86,31 @@ struct Tile {
   // An FP8 tile's V stages hold V transposed ([kDv rows][kBc keys], 16-byte core matrices of 8
   // rows, groups of 8 rows kVtGroupBytes apart: config.hpp's e4m3 layout).
   static constexpr int kVtGroupBytes = kBc / 16 * 128 + 16;
-  static constexpr int kVBytes = kFp8 ? kDv / 8 * kVtGroupBytes : kBc * kDv * 2;
+  // (rounded up to 1024 bytes: O's staging buffer after the stages starts on a swizzle atom)
+  static constexpr int kVBytes =
+      kFp8 ? (kDv / 8 * kVtGroupBytes + 1023) / 1024 * 1024 : kBc * kDv * 2;
   static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes +
                                     kStages * (kKVBytes + kVBytes) + kBarrierBytes;
   // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
-  // None in an FP8 tile (its O rows are twice its Q rows' bytes).
-  static constexpr int kOBytes =
-      !kFp8 && kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes : 0;
   // An FP8 tile's V as TMA loads it, before the producer transposes it: kVRawSlots slots (two
-  // where they fit) of kBc rows x kD bytes after the pipeline's barriers, then their "full" and
-  // "empty" barriers (Smem's v8_tiles, v8_full, v8_empty).
+  // where they fit) of kBc rows x kD bytes after O's buffer, then, after the pipeline's barriers,
+  // their "full" and "empty" barriers (Smem's v8_tiles, v8_full, v8_empty).
   static constexpr int kVRawBytes = kBc * kD;
-  static constexpr int kVRawSlots = kPipeBytes + 2 * (kVRawBytes + 16) <= 227 * 1024 ? 2 : 1;
+  // An FP8 tile at d 128 stages its 16-bit O (kBr rows x kDv x 2 bytes, twice its Q rows' bytes)
+  // where it fits beside two raw V slots: its threads' own 4-byte stores used 16 of each 32-byte
+  // sector (ncu, d 128, 8k). At d 256 staging spilled 52-120 bytes (ptxas).
+  static constexpr int kOBytes =
+      kFp8 ? (kD == 128 && kPipeBytes + kBr * kDv * 2 + 2 * (kVRawBytes + 16) <= 227 * 1024
+                  ? kBr * kDv * 2
+                  : 0)
+      : kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes
+                                                         : 0;
+  static constexpr int kVRawSlots =
+      kPipeBytes + kOBytes + 2 * (kVRawBytes + 16) <= 227 * 1024 ? 2 : 1;
   static constexpr int kSmemBytes =
-      kFp8 ? kPipeBytes + kVRawSlots * (kVRawBytes + 16) : kPipeBytes + kOBytes;
+      kFp8 ? kPipeBytes + kOBytes + kVRawSlots * (kVRawBytes + 16) : kPipeBytes + kOBytes;
   // At d 192 and 256, whose stages leave no room for O's buffer, a block that runs one tile
   // stages O in its Q tile instead (FA4's layout: a warpgroup's 64 rows of each column block are
   // its own Q rows, read by no wgmma once its last Q K^T is waited on); a persistent block's
@@ -184,7 +193,7 @@ struct Smem {
     v_tiles = k_tiles + T::kStages * T::kKVBytes;
     o_tile = v_tiles + T::kStages * T::kVBytes;
     k8_tiles = o_tile;
-    v8_tiles = T::kFp8 ? o_tile : k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
+    v8_tiles = T::kFp8 ? o_tile + T::kOBytes : k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(
         T::kFp8 ? v8_tiles + T::kVRawSlots * T::kVRawBytes
         : e4m3  ? v8_tiles + T::kE4M3Slots * T::kE4M3Bytes

@@ -65,14 +65,16 @@ static_assert(rules::own(KernelConfig{DType::kBF16, 64, 128, 240, 12, false, fal
                                       0, false, false, kId, 2}));
 
 // FP8 kernels (dtype E4M3: e4m3 Q, K and V): their own layout (config.hpp), 1024 + Q (128 * 128)
-// + 2 stages of K (128 * 128) and of V transposed (16 groups of 8 rows, 8 * 128 + 16 bytes apart)
-// + barriers 80, then two raw V slots of 128 * 128 + 16 bytes; consumers on 224 registers (S 64,
-// P 16, O 64); at d 256 64 keys (S, P and O of 128 keys: 64 + 16 + 128 = 208, over 200).
+// + 2 stages of K (128 * 128) and of V transposed (16 groups of 8 rows, 8 * 128 + 16 bytes apart:
+// 16640, rounded up to 17408) + barriers 80, then O's buffer (128 * 128 * 2) and two raw V slots
+// of 128 * 128 + 16 bytes; consumers on 224 registers (S 64, P 16, O 64); at d 256 64 keys (S, P
+// and O of 128 keys: 64 + 16 + 128 = 208, over 200).
 constexpr KernelConfig kFp8{DType::kE4M3, 128, 128, 128, 12, false, false, false, 0, 0, 0, false,
                             false, kId, 2, true, false, true};
 static_assert(rules::own(kFp8) && rules::e4m3_ok(kFp8) && !rules::fp8_kv_tile(kFp8));
-static_assert(e4m3_pipe_bytes(kFp8) == 1024 + 16384 + 2 * (16384 + 16 * 1040) + 80 &&
-              e4m3_v_slots(kFp8) == 2 && smem_bytes(kFp8) == e4m3_pipe_bytes(kFp8) + 2 * 16400);
+static_assert(e4m3_pipe_bytes(kFp8) == 1024 + 16384 + 2 * (16384 + 17408) + 80 &&
+              e4m3_o_bytes(kFp8) == 32768 && e4m3_v_slots(kFp8) == 2 &&
+              smem_bytes(kFp8) == e4m3_pipe_bytes(kFp8) + 32768 + 2 * 16400);
 static_assert(rules::consumer_regs(kFp8) == 224 && rules::accumulator_regs(kFp8) == 144);
 constexpr KernelConfig kFp8D256{DType::kE4M3, 256, 128, 64, 12, false, false, false, 0, 0, 0,
                                 false, false, kId, 2, true, false, true};
@@ -94,8 +96,9 @@ TEST_SUITE("family") {
                   "B_c = 256, 1 slot(s)");
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.n_warps = 16, c.B_r = 192; }),
                   "an E4M3 kernel needs");
-    check_invalid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 256; }),
-                  "need 208 accumulator registers");
+    // d 256 with 128 keys: its V stages (rounded to 1024 bytes) leave room for one raw V slot;
+    // its S, P and O would need 208 registers besides.
+    check_invalid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 256; }), "1 slot(s)");
     CHECK(short_name(kFp8) == "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent");
     CHECK(test::parsed(short_name(kFp8)) == kFp8);
   }
