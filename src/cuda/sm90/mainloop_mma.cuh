@@ -129,6 +129,27 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
     return kStepped ? built + offset / 16 : make_desc_sw128(base + offset, lbo, 1024);
   };
+  // An FP8 tile's S = Q K^T takes Q's first 128 columns from registers (wgmma's A in registers,
+  // K from shared memory): its warpgroup's 64 rows, loaded once per tile by one ldmatrix.x4 per
+  // k32 step (matrices rows +0 and +8 of the warp's 16, bytes 0-15 and 16-31 of the step: the A
+  // layout, four bytes of a row per register). With both operands from shared memory every key
+  // block reads Q again, as many bytes as K at d 256's 64 keys per block, where a kernel that
+  // skipped S = Q K^T ran 1.28x (d 128: 1.05x; 8k, H200). Q's first 128 columns in registers:
+  // d 256 1.04-1.06x at 8k-16k, d 128 unchanged. All of d 256's Q (32 registers) left ptxas too
+  // few for its S, P and O: it serialized the wgmmas (C7512).
+  constexpr int kQRegSteps = kFp8 ? (kQkSteps < 4 ? kQkSteps : 4) : 0;
+  uint32_t qa[kQRegSteps > 0 ? kQRegSteps : 1][4];
+  if constexpr (kFp8) {
+    if (n_blocks > 0) {
+      int const j = lane / 8, warp = (threadIdx.x / 32) % 4;
+      uint32_t const row_at = q_base + uint32_t((16 * warp + 8 * (j & 1) + lane % 8) * 128);
+#pragma unroll
+      for (int kk = 0; kk < kQRegSteps; ++kk) {
+        int const chunk = 2 * kk + j / 2;  // of the row's first 128 bytes, swizzled
+        ptx::ldmatrix_x4(qa[kk], row_at + uint32_t((chunk ^ (lane % 8)) * 16));
+      }
+    }
+  }
   // Issues S = Q K^T for the key block in `slot` into `sc` (committed, not waited for).
   auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
     uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
@@ -140,7 +161,15 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     for (int kk = 0; kk < kQkSteps; ++kk) {
       uint64_t const da = desc(qd, q_base, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
       uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
-      Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
+      if constexpr (kFp8) {
+        if (kk < kQRegSteps) {
+          Wgmma<kMma, T::kBc, Operands::kRS, 0>::run(sc, qa[kk], db, kk > 0);
+        } else {
+          Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
+        }
+      } else {
+        Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
+      }
     }
     wgmma_commit();
   };
