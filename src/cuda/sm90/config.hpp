@@ -140,7 +140,7 @@ constexpr bool registers_ok(KernelConfig const& c) {
 }
 // FP8 kernels (e4m3 Q, K and V): two consumer warpgroups at d 128 or 256 (a row of K is one or
 // two 128-byte swizzle blocks; d 64's 64-byte rows would need another swizzle) with B_c of 64,
-// 128, 192 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T, and
+// 128 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T, and
 // two raw V slots in shared memory (the producer loads one while it transposes the other).
 constexpr bool e4m3_ok(KernelConfig const& c) {
   return c.dtype != DType::kE4M3 || (c.n_warps == 12 && (c.d_head == 128 || c.d_head == 256) &&
