@@ -136,6 +136,48 @@ std::set<std::pair<int, int>> compiled_shapes(bool fp8 = false) {
   return shapes;
 }
 
+// A chunked prefill of this dtype and head dim (8 / 2 heads, 512 causal query rows against
+// `keys` cached ones, one split) on a cache of pages of `page` rows, or contiguous (page 0).
+FeatureCase chunked_prefill(int dtype, int dim, int64_t keys, int64_t page) {
+  FeatureCase c;
+  c.dtype = dtype;
+  c.head_dim = dim;
+  c.layout = page > 0 ? FA_LAYOUT_PAGED_KV : FA_LAYOUT_KV_CACHE;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.sq = {512};
+  c.sk = {keys};
+  c.causal = true;
+  c.num_splits = 1;
+  c.page_size = page;
+  return c;
+}
+
+// The kernel the library's choice plans for c (its data made with `seed`).
+fa_kernel_config planned_kernel(Gpu const& gpu, FeatureCase const& c, uint64_t seed) {
+  FeatureData d = fa_test::make_feature_data(c, seed);
+  fa_plan_t* plan = nullptr;
+  REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
+  fa_kernel_config k;
+  fa_kernel_config_init(&k);
+  REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
+  fa_plan_destroy(plan);
+  return k;
+}
+
+// Whether a registered sm90 kernel of this dtype and head dim satisfies `pred`.
+template <class Pred>
+bool any_sm90_kernel(int dtype, int dim, Pred pred) {
+  bool any = false;
+  for (size_t i = 0; i < fa_kernel_count(); ++i) {
+    fa_kernel_config k;
+    fa_kernel_config_init(&k);
+    REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
+    any |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim && pred(k);
+  }
+  return any;
+}
+
 void check_result(FeatureData const& d, std::string const& what,
                   fa_test::FeatureReference const& reference) {
   fa_test::FeatureErrors const e = fa_test::compare_features(d, d.o.data(), d.lse.data(), reference);
@@ -511,40 +553,12 @@ TEST_CASE("a chunked prefill on a paged cache gets the family its contiguous cac
   // each plan gets the family the same shape's contiguous cache gets (before the cache was keyed
   // by page size, a page-1 fallback became every later page size's pick).
   for (auto [dtype, dim] : compiled_shapes()) {
-    FeatureCase c;
-    c.dtype = dtype;
-    c.head_dim = dim;
-    c.layout = FA_LAYOUT_PAGED_KV;
-    c.heads_q = 8;
-    c.heads_kv = 2;
-    c.sq = {512};
-    c.sk = {2048};
-    c.causal = true;
-    c.num_splits = 1;
-    int families[2] = {-1, -1};
-    for (int i = 0; i < 2; ++i) {
-      c.page_size = i == 0 ? 1 : 16;
-      FeatureData d = fa_test::make_feature_data(c, 31);
-      fa_plan_t* plan = nullptr;
-      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
-      fa_kernel_config k;
-      fa_kernel_config_init(&k);
-      REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
-      families[i] = k.family;
-      fa_plan_destroy(plan);
-    }
-    c.layout = FA_LAYOUT_KV_CACHE;
-    c.page_size = 0;
-    FeatureData dense = fa_test::make_feature_data(c, 32);
-    fa_plan_t* plan = nullptr;
-    REQUIRE(fa_plan_create(gpu.ctx, &dense.config, &plan) == FA_STATUS_SUCCESS);
-    fa_kernel_config k;
-    fa_kernel_config_init(&k);
-    REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
-    fa_plan_destroy(plan);
+    int const page1 = planned_kernel(gpu, chunked_prefill(dtype, dim, 2048, 1), 31).family;
+    int const page16 = planned_kernel(gpu, chunked_prefill(dtype, dim, 2048, 16), 31).family;
+    int const contiguous = planned_kernel(gpu, chunked_prefill(dtype, dim, 2048, 0), 32).family;
     INFO("dtype " << dtype << " d " << dim);
-    CHECK(families[0] == k.family);
-    CHECK(families[1] == k.family);
+    CHECK(page1 == contiguous);
+    CHECK(page16 == contiguous);
   }
 }
 
@@ -554,32 +568,10 @@ TEST_CASE("a chunked prefill on gathered pages gets a three-stage sm90 kernel, w
   // block's copies in flight (1.12-1.27x at d 64 and 128 on the H200). The table's d 128 picks
   // have two stages, its autotuning candidates a three-stage one.
   for (auto [dtype, dim] : compiled_shapes()) {
-    bool three = false;  // a registered three-stage sm90 kernel of this dtype and dim
-    for (size_t i = 0; i < fa_kernel_count(); ++i) {
-      fa_kernel_config k;
-      fa_kernel_config_init(&k);
-      REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
-      three |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim && k.stages >= 3;
-    }
+    bool const three =
+        any_sm90_kernel(dtype, dim, [](fa_kernel_config const& k) { return k.stages >= 3; });
     for (int64_t page : {1, 3}) {
-      FeatureCase c;
-      c.dtype = dtype;
-      c.head_dim = dim;
-      c.layout = FA_LAYOUT_PAGED_KV;
-      c.heads_q = 8;
-      c.heads_kv = 2;
-      c.sq = {512};
-      c.sk = {16384};
-      c.causal = true;
-      c.num_splits = 1;
-      c.page_size = page;
-      FeatureData d = fa_test::make_feature_data(c, 34);
-      fa_plan_t* plan = nullptr;
-      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
-      fa_kernel_config k;
-      fa_kernel_config_init(&k);
-      REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
-      fa_plan_destroy(plan);
+      fa_kernel_config const k = planned_kernel(gpu, chunked_prefill(dtype, dim, 16384, page), 34);
       INFO("dtype " << dtype << " d " << dim << " page " << page << " stages " << k.stages);
       if (k.family == FA_FAMILY_SM90 && three) CHECK(k.stages >= 3);
     }
@@ -592,32 +584,10 @@ TEST_CASE("a chunked prefill on pages of 64 or 256 gets a key block its pages ho
   // kernel of the same dtype and head dim whose B_c divides the page size takes its place.
   for (auto [dtype, dim] : compiled_shapes()) {
     for (int64_t page : {64, 256}) {
-      bool whole = false;  // a registered sm90 kernel of this dtype and dim with B_c | page
-      for (size_t i = 0; i < fa_kernel_count(); ++i) {
-        fa_kernel_config k;
-        fa_kernel_config_init(&k);
-        REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
-        whole |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim &&
-                 page % k.B_c == 0 && fa_test::kernel_value_dim(gpu.ctx, k) == dim;
-      }
-      FeatureCase c;
-      c.dtype = dtype;
-      c.head_dim = dim;
-      c.layout = FA_LAYOUT_PAGED_KV;
-      c.heads_q = 8;
-      c.heads_kv = 2;
-      c.sq = {512};
-      c.sk = {16384};
-      c.causal = true;
-      c.num_splits = 1;
-      c.page_size = page;
-      FeatureData d = fa_test::make_feature_data(c, 33);
-      fa_plan_t* plan = nullptr;
-      REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
-      fa_kernel_config k;
-      fa_kernel_config_init(&k);
-      REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
-      fa_plan_destroy(plan);
+      bool const whole = any_sm90_kernel(dtype, dim, [&](fa_kernel_config const& k) {
+        return page % k.B_c == 0 && fa_test::kernel_value_dim(gpu.ctx, k) == dim;
+      });
+      fa_kernel_config const k = planned_kernel(gpu, chunked_prefill(dtype, dim, 16384, page), 33);
       INFO("dtype " << dtype << " d " << dim << " page " << page << " B_c " << k.B_c);
       if (k.family == FA_FAMILY_SM90 && whole) CHECK(std::gcd(int64_t(k.B_c), page) >= 64);
     }

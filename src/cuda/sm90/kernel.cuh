@@ -120,46 +120,32 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       mbar_wait(sm.q_full, q_round & 1);
       ++q_round;
     }
-    // The exponent's scale per row (r0, r0 + 8). An e4m3 cache's descales (one per tensor, or
-    // per (sequence, K/V head)): the scores are k_descale (q . k), times 2^k for bf16 query rows
-    // held as q 2^-k in fp16, folded into the exponent's scale (and so into the LSE) or, with
-    // score transforms (whose scale is applied to the raw score) or a descale that is not
-    // positive (the running maximum assumes a positive scale), applied to each score.
+    // The exponent's scale per row (r0, r0 + 8). The descales of an e4m3 cache or of an FP8
+    // tile's e4m3 Q, K and V (one per tensor, or per (sequence, K/V head)): the scores are
+    // q_descale k_descale (q . k) (q_descale in an FP8 tile only), times 2^k for bf16 query rows
+    // an e4m3 cache's instantiation holds as q 2^-k in fp16, folded into the exponent's scale
+    // (and so into the LSE) or, with score transforms (whose scale is applied to the raw score)
+    // or a descale product that is not positive (the running maximum assumes a positive scale),
+    // applied to each score.
     float tile_c[2] = {c, c}, score_mul[2] = {1.f, 1.f}, v_descale = 1.f;
     bool scale_scores = false;
-    if constexpr (T::kFp8) {
-      // The same with q_descale: the scores are q_descale k_descale (q . k).
+    if constexpr (kE4M3 || T::kFp8) {
       int64_t const at = p.descale_per_head
                              ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
                                    w.head / p.q_heads_per_kv
                              : 0;
-      float const q_descale = p.q_descale != nullptr ? p.q_descale[at] : 1.f;
+      float const q_descale = T::kFp8 && p.q_descale != nullptr ? p.q_descale[at] : 1.f;
       float const k_descale = p.k_descale != nullptr ? p.k_descale[at] : 1.f;
       if (p.v_descale != nullptr) v_descale = p.v_descale[at];
       float const mul = q_descale * k_descale;
+      float q_scale[2] = {1.f, 1.f};
+      if constexpr (kE4M3 && T::kType == DType::kBF16) {
+        if (w.n_blocks > 0) q_bf16_to_fp16<T>(sm.q_tile, wg, r0, lane, q_scale);
+      }
       scale_scores = transform || !(mul > 0.f);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        score_mul[r] = mul;
-        if (!scale_scores) tile_c[r] = c * mul;
-      }
-    }
-    if constexpr (kE4M3) {
-      int64_t const at = p.descale_per_head
-                             ? int64_t(w.batch) * (p.heads_q / p.q_heads_per_kv) +
-                                   w.head / p.q_heads_per_kv
-                             : 0;
-      float k_descale = 1.f;
-      if (p.k_descale != nullptr) k_descale = p.k_descale[at];
-      if (p.v_descale != nullptr) v_descale = p.v_descale[at];
-      float q_scale[2] = {1.f, 1.f};
-      if constexpr (T::kType == DType::kBF16) {
-        if (w.n_blocks > 0) q_bf16_to_fp16<T>(sm.q_tile, wg, r0, lane, q_scale);
-      }
-      scale_scores = transform || !(k_descale > 0.f);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        score_mul[r] = k_descale * q_scale[r];
+        score_mul[r] = mul * q_scale[r];
         if (!scale_scores) tile_c[r] = c * score_mul[r];
       }
     }
