@@ -70,7 +70,9 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 // d_head_v for V and O) leaves `p` to the general one: dense, varlen and contiguous-cache
 // layouts with causal and window masks at the kernel's head dims are plain; a paged cache, FP8
 // inputs, score transforms, sinks, packed GQA, splits and a head dim or value head dim below the
-// kernel's are general. The plain kernels' loads and stores then need no column bound: a bound
+// kernel's are general (the sm90 family's FP8 kernels read their descales in either, and its
+// schedule asks this for e4m3 Q, K and V as if they were bf16). The plain kernels' loads and
+// stores then need no column bound: a bound
 // kept for them cost the d 256 kernels 28-40 bytes more spills and 1.4% (H200,
 // docs/performance.md).
 bool needs_general(Problem const& p, int d_head, int d_head_v, bool pack_gqa, int num_splits);
@@ -99,7 +101,8 @@ size_t split_workspace_bytes(Problem const& p, int num_splits);
 // holding `capacity` of them at once, with key blocks of B_c keys: the problem's num_splits when
 // forced; with allow_split, enough splits to fill the device when the grid leaves it idle
 // (decode): every resident slot where each split still reads 8 key blocks or more, else (with
-// more than one resident block per SM) one block per SM; else 1. 1 when the partials' int32 row index cannot hold the problem.
+// more than one resident block per SM) one block per SM; else 1. 1 when the partials' int32 row
+// index cannot hold the problem.
 int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms, int B_c,
                   bool allow_split);
 

@@ -40,9 +40,9 @@ constexpr int64_t v_cols(KernelConfig const& c) {
 // producer warpgroup into [d_head rows][B_c keys] (wgmma's e4m3 B operand is K-major: the keys
 // contiguous) in 8-row groups of 16-byte core matrices without swizzle, the groups
 // B_c / 16 * 128 + 16 bytes apart (the 16 spare bytes put the transposing threads' 8-byte stores
-// of one instruction in distinct banks: mainloop_load.cuh), and after the pipeline's barriers one
-// or two slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled) with a "full" and an
-// "empty" mbarrier each.
+// of one instruction in distinct banks: mainloop_load.cuh), then O's staging buffer (below), one
+// or two slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled), and after them the
+// pipeline's barriers and each slot's "full" and "empty" mbarrier.
 // Each V stage is rounded up to 1024 bytes, so that O's staging buffer after the stages starts on
 // a 128-byte swizzle atom (TMA stores it from there); that buffer holds B_r rows of O in its
 // 16-bit type where it fits beside two raw V slots.
@@ -155,8 +155,9 @@ constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmem
 // and 256 two K/V stages leave no room for e4m3 stages; those caches run on the mma.sync
 // family. A fourth instantiation costs compile time, so not every kernel gets one.
 constexpr bool fp8_kv_tile(KernelConfig const& c) {
-  return c.dtype != DType::kE4M3 && c.n_warps == 12 && c.B_c == 128 && c.d_head <= 128 && c.stages == 2 && c.overlap &&
-         !c.pingpong && c.persistent && e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
+  return c.dtype != DType::kE4M3 && c.n_warps == 12 && c.B_c == 128 && c.d_head <= 128 &&
+         c.stages == 2 && c.overlap && !c.pingpong && c.persistent &&
+         e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
 }
 
 // The family's knobs at their defaults, as in a config of another family.
