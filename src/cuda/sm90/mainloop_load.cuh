@@ -581,11 +581,12 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
                                            TileScheduler<T> const& sched, int ptid) {
   ForwardParams const& p = params.p;
   bool const gather = params.kv_gather != 0;
-  if (!gather && ptid >= 32) return;
-  int const lane = ptid % 32;
+  bool const paged = p.layout == kLayoutPagedKv;
+  if (!gather && !paged && ptid >= 32) return;
+  // A paged block's boxes are dealt round the four warps: box i by lane i / 4 of warp i % 4.
+  int const lane = (ptid % 32) * 4 + ptid / 32;
   bool const leader = ptid == 0;
   if (leader) prefetch_maps(params);
-  bool const paged = p.layout == kLayoutPagedKv;
   int const box = params.kv_box_rows;
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
