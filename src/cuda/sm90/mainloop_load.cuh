@@ -5,9 +5,9 @@
 //   - dense tensors and contiguous caches: one thread of warp 0 issues a TMA copy per 64 columns;
 //   - a paged cache with large pages: maps over its page pool ({head_dim, page_size, heads_kv,
 //     num_pages}) in boxes of Params::kv_box_rows = gcd(B_c, page_size) rows, so every box of a
-//     key block lies within one page, lane i of warp 0 copying box i from the page the block
-//     table names (a box of a multiple of 8 rows lands on a 1024-byte boundary, where the
-//     swizzle pattern restarts);
+//     key block lies within one page, copied from the page the block table names (box i by
+//     lane i / 4 of warp i % 4 in load_tiles, by lane i of warp 0 in the e4m3 producers; a box
+//     of a multiple of 8 rows lands on a 1024-byte boundary, where the swizzle pattern restarts);
 //   - a paged cache whose boxes would not be a multiple of 8 rows (pages of 1, 3, 4, 12, ...;
 //     config.hpp's gathers_pages, Params::kv_gather): the whole warpgroup gathers rows with
 //     16-byte cp.async copies, applying the swizzle itself.
@@ -259,17 +259,17 @@ __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> cons
   }
 }
 
-// A lane's TMA box (lane * box rows on) of key block n of tile w in a paged cache: its page and
-// its first row there. A box that starts past the sequence's keys (or a lane past the block's
+// TMA box `slot` (slot * box rows on) of key block n of tile w in a paged cache: its page and
+// its first row there. A box that starts past the sequence's keys (or a slot past the block's
 // boxes) reads page num_pages, past the map: TMA fills it with zeros and the table's padding is
 // never read. Table entries are clamped into [0, num_pages), never trusted.
 template <class T>
-__device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, int n, int lane,
+__device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, int n, int slot,
                                        int box, int& page, int& row) {
-  int const key = n * T::kBc + lane * box;
+  int const key = n * T::kBc + slot * box;
   page = p.num_pages;
   row = 0;
-  if (lane * box < T::kBc && key < w.seq.sk) {
+  if (slot * box < T::kBc && key < w.seq.sk) {
     page = min(max(p.block_table[int64_t(w.batch) * p.max_pages_per_seq + key / p.page_size], 0),
                p.num_pages - 1);
     row = key % p.page_size;
@@ -571,11 +571,17 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
   });
 }
 
-// Run by the producer warpgroup's 128 threads (ptid = its thread index): with TMA only warp 0
-// takes part, every lane waiting on the barriers, lane 0 arming them and issuing the dense
-// copies, the lanes with a paged box one copy each per 64 columns. (A box's bytes may complete
-// on a "full" barrier before lane 0 arms it: the barrier's transaction count goes negative
-// meanwhile, and its phase waits for lane 0's arrival either way.)
+// Run by the producer warpgroup's 128 threads (ptid = its thread index). Dense tensors and
+// contiguous caches: warp 0 alone, every lane waiting on the barriers, lane 0 arming them and
+// issuing the copies. A paged cache in TMA boxes: all four warps, thread 0 arming the barriers,
+// box i of a key block copied (one copy per 64 columns) by lane i / 4 of warp i % 4. A warp
+// issues its lanes' copies one after another (each takes the lane's coordinates into uniform
+// registers first), so with every box in warp 0 a block's 32 boxes of 16 rows at d 128 (page
+// 16) were issued in series: in a contiguous cache, boxes of 16 rows from one warp ran 0.87x
+// the speed of 128-row boxes, of 32 rows 0.97x, of 8 rows 0.69x; dealt round four warps, page
+// 16 ran 1.11-1.16x faster (H200, chunked prefill at d 128; docs/performance.md). (A box's bytes
+// may complete on a "full" barrier before thread 0 arms it: the barrier's transaction count
+// goes negative meanwhile, and its phase waits for thread 0's arrival either way.)
 template <class T, bool kGeneral>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
@@ -583,8 +589,7 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
   bool const gather = params.kv_gather != 0;
   bool const paged = p.layout == kLayoutPagedKv;
   if (!gather && !paged && ptid >= 32) return;
-  // A paged block's boxes are dealt round the four warps: box i by lane i / 4 of warp i % 4.
-  int const lane = (ptid % 32) * 4 + ptid / 32;
+  int const slot = (ptid % 32) * 4 + ptid / 32;  // this thread's paged box
   bool const leader = ptid == 0;
   if (leader) prefetch_maps(params);
   int const box = params.kv_box_rows;
@@ -595,9 +600,9 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       pipe += w.n_blocks;
       return;
     }
-    // This lane's box of key block n in a paged cache (box_of).
+    // This thread's box of key block n in a paged cache (box_of).
     int page = 0, row = 0;
-    auto look_up = [&](int n) { box_of<T>(p, w, n, lane, box, page, row); };
+    auto look_up = [&](int n) { box_of<T>(p, w, n, slot, box, page, row); };
     // Key block n of K (kCols = kD) or V (kDv) into stage s: kCols / 64 column blocks of kBc rows
     // x 128 bytes.
     auto load_kv = [&]<int kCols>(CUtensorMap const* map, uint8_t* tiles, uint64_t* full,
@@ -607,9 +612,9 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       if (leader) mbar_arrive_expect_tx(&full[s], kBytes);
       uint8_t* dst = tiles + s * kBytes;
       if (paged) {
-        if (lane * box < T::kBc) {
+        if (slot * box < T::kBc) {
           for (int cb = 0; cb < kCols / 64; ++cb) {
-            tma_load_4d(dst + (cb * T::kBc + lane * box) * 128, map, &full[s], cb * 64, row,
+            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, &full[s], cb * 64, row,
                         kv_head, page);
           }
         }
