@@ -7,7 +7,7 @@
         [--head-dims 64,128,256]  (192:128: value head dim 128)
     python3 tools/compare_builds.py --serving --bench build/bench/decode_bench \\
         --base .deps/before --out results/ [--rounds 2] [--pages 0,1,16,64] [--iters 2] \\
-        [--kinds prefill,decode] [--head-dims 64,128,256]
+        [--kinds prefill,decode] [--head-dims 64,128,256]  (every point by default)
 
 One benchmark binary times its own build's library and the one in --base (a directory holding
 libflashattn.so.0, loaded through LD_LIBRARY_PATH; the binary's DT_RUNPATH lets that win). Each
@@ -25,9 +25,9 @@ with the workspace its plan asks, shuffled page tables) at issue 16's chunked-pr
 8k and 64k), each at every --pages size (0: contiguous); each point is the median of --iters
 windows of >= 200 ms. Prints each point's microseconds per build, the speed ratio (base time /
 this time), each build's paged / contiguous speed, the geometric mean per kind, and writes
-compare-serving.csv to --out. --kinds (prefill, decode) and --head-dims keep a subset of the
-points: the whole set at pages 0, 16, 64 and 256 took 300 s of an H200 (two rounds), chunked
-prefill at d 128 alone about a third of it.
+compare-serving.csv to --out. --kinds (prefill, decode) and --head-dims (64, 128, 256) keep a
+subset of the points: the whole set at pages 0, 16, 64 and 256 took 299 s of an H200 (two
+rounds), chunked prefill at d 128 alone about a third of it.
 
 A check that a change leaves speed alone (e.g. a refactor), or how much it moves it.
 """
@@ -53,7 +53,7 @@ def run(args, lib):
     if lib:
         env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     cmd = [args.bench, "--csv", "--dtype", args.dtype, "--window-ms", str(args.window_ms),
-           "--head-dims", args.head_dims, "--causal", "0,1",
+           "--head-dims", args.head_dims or "64,128,256", "--causal", "0,1",
            "--seqlens", ",".join(map(str, SEQLENS))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     points = {}
@@ -81,11 +81,7 @@ def run_serving(args, lib):
     if lib:
         env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     points = {}
-    kinds = set(args.kinds.split(","))
-    dims = {int(x) for x in args.head_dims.split(",") if x.isdigit()}
-    for d, batches, sq, kv_lens in SERVING:
-        if ("prefill" if sq > 1 else "decode") not in kinds or d not in dims:
-            continue
+    for d, batches, sq, kv_lens in serving_points(args):
         cmd = [args.bench, "decode", "--head-dim", str(d), "--batches", batches, "--sq", str(sq),
                "--kv-lens", kv_lens, "--pages", args.pages, "--iters", str(args.iters)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
@@ -93,6 +89,14 @@ def run_serving(args, lib):
             key = (d, int(r["batch"]), int(r["sq"]), int(r["kv_len"]), int(r["page"]))
             points[key] = (float(r["us"]), r["kernel"])
     return points
+
+
+def serving_points(args):
+    """The SERVING points --kinds and --head-dims keep (all of them by default)."""
+    kinds = set(args.kinds.split(","))
+    dims = None if args.head_dims is None else {int(x) for x in args.head_dims.split(",")}
+    return [pt for pt in SERVING
+            if ("prefill" if pt[2] > 1 else "decode") in kinds and (dims is None or pt[0] in dims)]
 
 
 def serving(args):
@@ -136,9 +140,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window-ms", type=float, default=200)
     ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--head-dims", default="64,128,256",
-                    help="the bench's --head-dims (D or D:DV, comma-separated); with --serving, "
-                         "the head dims of the points to time")
+    ap.add_argument("--head-dims",
+                    help="the bench's --head-dims (D or D:DV, comma-separated; default "
+                         "64,128,256); with --serving, the head dims (D only) of the points to "
+                         "time, among 64, 128 and 256 (default: every point)")
     ap.add_argument("--serving", action="store_true",
                     help="--bench is decode_bench: chunked prefill and decode points")
     ap.add_argument("--pages", default="0,1,16,64", help="--serving: page sizes (0: contiguous)")
@@ -146,9 +151,16 @@ def main():
     ap.add_argument("--kinds", default="prefill,decode",
                     help="--serving: the points to time, prefill (sq > 1) and / or decode")
     args = ap.parse_args()
-    unknown = set(args.kinds.split(",")) - {"prefill", "decode"}
+    unknown = [k for k in args.kinds.split(",") if k not in ("prefill", "decode")]
     if unknown:
-        sys.exit(f"compare_builds.py: --kinds takes prefill and decode, not {','.join(sorted(unknown))}")
+        sys.exit(f"compare_builds.py: --kinds takes prefill and decode, not {unknown}")
+    if args.serving and args.head_dims is not None:
+        if not all(x.isdigit() for x in args.head_dims.split(",")):
+            sys.exit(f"compare_builds.py: with --serving, --head-dims takes head dims D only, "
+                     f"not {args.head_dims!r}")
+        if not serving_points(args):
+            sys.exit(f"compare_builds.py: no serving point at --kinds {args.kinds} "
+                     f"--head-dims {args.head_dims}")
     if not os.path.exists(os.path.join(args.base, "libflashattn.so.0")):
         sys.exit(f"compare_builds.py: no libflashattn.so.0 in {args.base}")
     if args.rounds < 1:

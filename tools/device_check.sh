@@ -27,8 +27,8 @@
 # .deps/before-src`), it is built beside this one (build-before/) by the build step.
 # serving_before_after does the same for chunked prefill and decode on contiguous and paged
 # caches (tools/compare_builds.py --serving, this build's decode_bench; FA_SERVING_PAGES, default
-# "0,1,16,64"; FA_SERVING_KINDS, default "prefill,decode"; FA_SERVING_HEAD_DIMS, default
-# "64,128,256").
+# "0,1,16,64"; FA_SERVING_KINDS, default "prefill,decode"; FA_SERVING_HEAD_DIMS, default every
+# point's).
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 # FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
@@ -189,7 +189,7 @@ if [ -f "$base/libflashattn.so.0" ]; then
   step serving_before_after python3 tools/compare_builds.py --serving \
     --bench "$build/bench/decode_bench" --base "$base" --out "$out/before-after" \
     --pages "${FA_SERVING_PAGES:-0,1,16,64}" --kinds "${FA_SERVING_KINDS:-prefill,decode}" \
-    --head-dims "${FA_SERVING_HEAD_DIMS:-64,128,256}"
+    ${FA_SERVING_HEAD_DIMS:+--head-dims "$FA_SERVING_HEAD_DIMS"}
 fi
 # Every registered kernel of both families on the grid: the data the choice table comes from.
 step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --window-ms 30 > '$out/sweep-bf16.csv'"

@@ -112,6 +112,28 @@ class CompareBuilds(unittest.TestCase):
         self.assertIn("Geometric mean speed (this / base), prefill:", stdout)
         self.assertIn("Geometric mean speed (this / base), decode:", stdout)
 
+    def test_serving_subset_by_kind_and_head_dim(self):
+        self.run_tool("--serving", "--rounds", "2", "--pages", "0,16", "--kinds", "prefill",
+                      "--head-dims", "64,256")
+        with open(self.log) as f:
+            calls = [line.split() for line in f]
+        # One call per kept point and pass: the d 64 and d 256 chunked prefills, no decode.
+        self.assertEqual(len(calls), 2 * 4)
+        self.assertEqual({c[c.index("--head-dim") + 1] for c in calls}, {"64", "256"})
+        self.assertEqual({c[c.index("--sq") + 1] for c in calls}, {"512"})
+        with open(os.path.join(self.out, "compare-serving.csv")) as f:
+            self.assertEqual(len(list(csv.DictReader(f))), 2 * 2)
+
+    def test_serving_refuses_filters_that_keep_nothing_or_mean_nothing(self):
+        for extra in (["--kinds", "prefill,"], ["--kinds", "decode", "--head-dims", "64"],
+                      ["--head-dims", "192:128"], ["--head-dims", "96"]):
+            r = subprocess.run([sys.executable, _TOOL, "--bench", self.bench, "--base",
+                                self.base, "--out", self.out, "--serving", *extra],
+                               capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0, extra)
+            self.assertIn("compare_builds.py:", r.stderr, extra)
+        self.assertFalse(os.path.exists(self.log))  # nothing was timed
+
     def test_grid_ratios_average_both_passes(self):
         self.run_tool("--rounds", "2", "--head-dims", "64,192:128")
         self.assertEqual(self.builds_in_order(), ["base", "this", "this", "base"])

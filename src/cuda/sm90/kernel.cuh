@@ -66,8 +66,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   __syncthreads();
 
   if (tid < 128) {
-    // Producer warpgroup: one warp issues the TMA copies, the whole warpgroup gathers a paged
-    // cache's rows, or converts an e4m3 cache's (mainloop_load.cuh).
+    // Producer warpgroup: one warp issues the TMA copies (all four a paged cache's boxes), the
+    // whole warpgroup gathers a paged cache's rows, or converts an e4m3 cache's
+    // (mainloop_load.cuh).
     regs_dealloc<T::kProducerRegs>();
     if constexpr (T::kFp8) {
       load_transpose_v<T>(params, sm, sched, tid);

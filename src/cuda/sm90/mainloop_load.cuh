@@ -418,10 +418,11 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
 
 // An FP8 tile's producer (e4m3 Q, K and V), run by the producer warpgroup's 128 threads instead
 // of load_tiles: warp 0 loads Q, each key block's K straight into its stage (128-byte-swizzled
-// boxes of 128 columns, dense or paged as load_tiles does) and its V bytes into a raw slot (a box
-// of whole rows, unswizzled), one block ahead; then all 128 threads transpose the block's V into
-// its stage as [d_head rows][B_c keys] (wgmma's e4m3 B operand is K-major), fence the async proxy
-// and arrive on the stage's "full" barrier and the slot's "empty" one (128 arrivals each).
+// boxes of 128 columns, dense or paged, a paged block's boxes by the lanes of warp 0) and its V
+// bytes into a raw slot (a box of whole rows, unswizzled), one block ahead; then all 128 threads
+// transpose the block's V into its stage as [d_head rows][B_c keys] (wgmma's e4m3 B operand is
+// K-major), fence the async proxy and arrive on the stage's "full" barrier and the slot's
+// "empty" one (128 arrivals each).
 //
 // The keys are written in the order of P's e4m3 A registers (mainloop_mma.cuh's to_p): within
 // each 16 keys, position 4 q + i of a V row holds key 8 (i / 2) + 2 q + i % 2. A thread's unit is
@@ -576,12 +577,13 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
 // issuing the copies. A paged cache in TMA boxes: all four warps, thread 0 arming the barriers,
 // box i of a key block copied (one copy per 64 columns) by lane i / 4 of warp i % 4. A warp
 // issues its lanes' copies one after another (each takes the lane's coordinates into uniform
-// registers first), so with every box in warp 0 a block's 32 boxes of 16 rows at d 128 (page
-// 16) were issued in series: in a contiguous cache, boxes of 16 rows from one warp ran 0.87x
-// the speed of 128-row boxes, of 32 rows 0.97x, of 8 rows 0.69x; dealt round four warps, page
-// 16 ran 1.11-1.16x faster (H200, chunked prefill at d 128; docs/performance.md). (A box's bytes
-// may complete on a "full" barrier before thread 0 arms it: the barrier's transaction count
-// goes negative meanwhile, and its phase waits for thread 0's arrival either way.)
+// registers first), so with every box in warp 0 a key block's 32 copies at d 128 and pages of
+// 16 (8 boxes of 16 rows x 2 column blocks, for K and for V) were issued in series: in a
+// contiguous cache, boxes of 16 rows from one warp ran 0.87x the speed of 128-row boxes, of 32
+// rows 0.97x, of 8 rows 0.69x; dealt round four warps, page 16 ran 1.11-1.16x faster (H200,
+// chunked prefill at d 128; docs/performance.md). (A box's bytes may complete on a "full"
+// barrier before thread 0 arms it: the barrier's transaction count goes negative meanwhile, and
+// its phase waits for thread 0's arrival either way.)
 template <class T, bool kGeneral>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
