@@ -2,10 +2,13 @@
 //
 //   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16|e4m3] [--head-dims 64,192:128,...]
 //                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
-//                   [--autotune] [--window-ms MS]
+//                   [--autotune] [--window-ms MS] [--heads N] [--row-align N]
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim; 32 where head_dim does not
-// divide 2048, as for d 192), batch = 16384 / seqlen, so every point moves the same 16384 tokens.
+// divide 2048, as for d 192; --heads N sets them for every head dim, to time dims at the same
+// shapes), batch = 16384 / seqlen, so every point moves the same 16384 tokens. --row-align N
+// gives each head's row of q, k, v and o its head dim rounded up to N elements (strided views;
+// default: packed), e.g. 16 to start every row of a bf16 d 72 on a 32-byte sector.
 // A head dim written D:DV runs value head dim DV (DeepSeek's 192:128), the heads D's.
 // FLOPs = 2 * batch * heads * seqlen^2 * (head_dim + head_dim_v), halved for causal: 4 * ... *
 // head_dim where they are equal. The CSV's last column is head_dim_v. Each point launches back to back between two CUDA events for at least --window-ms
@@ -133,7 +136,20 @@ struct Options {
   bool csv = false;
   bool autotune = false;
   double window_ms = 200;  // back-to-back timing over at least this long
+  int heads = 0;           // 0: 2048 / head_dim (32 where it does not divide)
+  int row_align = 0;       // 0: packed rows; else each head's row rounded up to this many elements
 };
+
+// `text` as an integer from lo to hi, or the program ends naming `flag`.
+int int_in(std::string const& flag, char const* text, long lo, long hi) {
+  char* end = nullptr;
+  long const n = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || n < lo || n > hi) {
+    die("bad " + flag + ": " + text + " (expected " + std::to_string(lo) + " to " +
+        std::to_string(hi) + ")");
+  }
+  return static_cast<int>(n);
+}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -171,6 +187,10 @@ Options parse_args(int argc, char** argv) {
       o.autotune = true;
     } else if (a == "--window-ms") {
       o.window_ms = std::max(0.1, std::atof(next()));
+    } else if (a == "--heads") {
+      o.heads = int_in(a, next(), 1, 1024);
+    } else if (a == "--row-align") {
+      o.row_align = int_in(a, next(), 1, 256);
     } else {
       die("unknown argument " + a + " (see the comment at the top of bench/flashattn_bench.cpp)");
     }
@@ -189,9 +209,15 @@ int main(int argc, char** argv) {
   check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
 
   constexpr int64_t kTokens = 16384, kHidden = 2048;
-  auto heads_for = [](int64_t d) { return kHidden % d == 0 ? kHidden / d : int64_t{32}; };
-  int64_t width = 0;  // the widest row of heads x head dim: 2048, or 32 x 192 = 6144
-  for (Dims const& dims : opt.head_dims) width = std::max(width, heads_for(dims.d) * dims.d);
+  auto heads_for = [&opt](int64_t d) {
+    return opt.heads > 0 ? int64_t{opt.heads} : kHidden % d == 0 ? kHidden / d : int64_t{32};
+  };
+  // A head's row: its head dim, or with --row-align rounded up to that many elements.
+  auto row_of = [&opt](int64_t d) {
+    return opt.row_align > 0 ? (d + opt.row_align - 1) / opt.row_align * opt.row_align : d;
+  };
+  int64_t width = 0;  // the widest row of heads x head dim: 2048, or 32 x 192 = 6144 (or --heads')
+  for (Dims const& dims : opt.head_dims) width = std::max(width, heads_for(dims.d) * row_of(dims.d));
   size_t const elems = static_cast<size_t>(kTokens * width);
   void *q, *k, *v, *o;
   for (void** p : {&q, &k, &v, &o}) check_cuda(cudaMalloc(p, elems * 2), "cudaMalloc");
@@ -256,6 +282,15 @@ int main(int argc, char** argv) {
         cfg.head_dim = d;
         cfg.head_dim_v = dv;
         cfg.causal = causal;
+        if (opt.row_align > 0) {
+          int64_t const hs = row_of(d), hsv = row_of(dv), rows = cfg.heads_q * seqlen;
+          cfg.q_head_stride = cfg.k_head_stride = hs;
+          cfg.q_seq_stride = cfg.k_seq_stride = cfg.heads_q * hs;
+          cfg.q_batch_stride = cfg.k_batch_stride = rows * hs;
+          cfg.v_head_stride = cfg.o_head_stride = hsv;
+          cfg.v_seq_stride = cfg.o_seq_stride = cfg.heads_q * hsv;
+          cfg.v_batch_stride = cfg.o_batch_stride = rows * hsv;
+        }
         double const flops = 2.0 * cfg.batch * cfg.heads_q * double(seqlen) * seqlen * (d + dv) /
                              (causal ? 2.0 : 1.0);
         // One timed configuration: plan, warm up, time (--iters or --window-ms), print.

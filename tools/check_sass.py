@@ -31,10 +31,11 @@ import subprocess
 import sys
 
 # forward_kernel<Tile<DType, D, B_c, stages, consumers, overlap, pingpong, persistent>,
-#                kGeneral, kNarrow, kE4M3> (src/cuda/sm90/kernel.cuh, tile.cuh), as mangled.
+#                kGeneral, kQkCols, kVCols (0, 0: the kernel's own dims; else a narrow pair), kE4M3>
+#                (src/cuda/sm90/kernel.cuh, tile.cuh), as mangled.
 KERNEL = re.compile(
     r"_ZN2fa4cuda4sm9014forward_kernelINS1_4TileILNS_5DTypeE(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)"
-    r"ELb([01])ELb([01])ELb([01])EEELb([01])ELb([01])ELb([01])E")
+    r"ELb([01])ELb([01])ELb([01])EEELb([01])ELi(\d+)ELi(\d+)ELb([01])E")
 DTYPES = {"1": "fp16", "2": "bf16"}
 WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x(\d)")
 
@@ -54,17 +55,18 @@ def find_cuobjdump():
 
 def describe(match):
     """A kernel's config from its mangled name, in the registry's spelling where it can."""
-    dt, d, bc, stages, consumers, overlap, pingpong, persistent, general, narrow, e4m3 = \
+    dt, d, bc, stages, consumers, overlap, pingpong, persistent, general, qk_cols, v_cols, e4m3 = \
         match.groups()
     knobs = ["sm90", "stages_" + stages] + [k for k, on in (
         ("overlap", overlap), ("pingpong", pingpong), ("persistent", persistent)) if on == "1"]
-    variant = "e4m3" if e4m3 == "1" else "narrow" if narrow == "1" else \
+    variant = "e4m3" if e4m3 == "1" else f"narrow {qk_cols}:{v_cols}" if qk_cols != "0" else \
         "general" if general == "1" else "plain"
     rows = 64 * int(consumers)
     return {
         "kernel": "(%s, %s, %d, %s, %d): %s" % (DTYPES.get(dt, "dtype" + dt).upper(), d, rows, bc,
                                                 4 * (int(consumers) + 1), "+".join(knobs)),
         "variant": variant,
+        "transforms": general == "1",  # the general instantiation (e4m3: with kGeneral too)
         "overlap": overlap == "1",
         "b_c": int(bc),
     }
@@ -111,9 +113,9 @@ def overlap_counts(lines):
 def expected_under(row):
     """The fewest MUFU.EX2 an overlapped kernel's key loop has between its two waits: a thread's
     B_c / 2 exponentials of the softmax, and in the instantiations with score transforms
-    (general, narrow, e4m3) as many again for soft-capping's tanhf, whose path the address order
+    (general, e4m3) as many again for soft-capping's tanhf, whose path the address order
     puts in the same span (at 0e61fba those kernels had exactly B_c / 2 there, all tanh)."""
-    return row["b_c"] // 2 * (1 if row["variant"] == "plain" else 2)
+    return row["b_c"] // 2 * (2 if row["transforms"] else 1)
 
 
 def kernel_rows(sass, frames):

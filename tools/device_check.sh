@@ -3,6 +3,7 @@
 #   bash tools/device_check.sh                    # every step, logs in $OUT (or ./device-out)
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
 # Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged serving_tests
+#        head_dims head_dims_memcheck head_dims_racecheck head_dims_synccheck head_dims_bench
 #        fp8_tests fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench
 #        context_parallel example
 #        memcheck racecheck
@@ -38,7 +39,7 @@ logs="$out/logs"  # bundled into logs.tar.gz at the end: the device tool returns
 mkdir -p "$logs"
 build=build-device
 status=0
-steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after serving_before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
+steps=" ${FA_DEVICE_STEPS:-build sass ctest gpu_tests head_dims_memcheck head_dims_racecheck head_dims_synccheck head_dims_bench fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench example memcheck racecheck sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck sm90_paged_synccheck python_gpu rust_device compare before_after serving_before_after sweep autotune decode decode_paged decode_spec decode_fp8 chunked_prefill varlen copy python_overhead} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs if selected, logs to $logs/NAME.log, records failure, goes on
   local name=$1; shift
@@ -98,6 +99,21 @@ step sm90_paged "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kerne
 # step, NaN through the kernels, split combine and merge_states.
 step serving_tests "$build/tests/flashattn_gpu_tests" \
   --test-case="every sm90 kernel reads paged*,*chunked prefill*,malformed*,one captured decode*,*NaN*,merge_states*"
+# Head dims below the built ones (sm90: kernel.cuh's narrow pairs) and value head dims: the tests,
+# then under memcheck, racecheck and synccheck (every FA_HEAD_DIMS_SAMPLE-th kernel, default 3), then every
+# multiple of 8 up to 256 timed at 32 heads each (head-dims.csv), each padded dim against the
+# compiled dim above it (tools/padded_dims.py; FA_HEAD_DIMS_WINDOW_MS, default 40).
+head_dim_tests="every multiple of 8 up to*,every kernel runs head dims below*,a value head dim below*"
+step head_dims "$build/tests/flashattn_gpu_tests" --test-case="$head_dim_tests"
+for tool in memcheck racecheck synccheck; do
+  step "head_dims_$tool" env FA_GPU_TEST_SAMPLE="${FA_HEAD_DIMS_SAMPLE:-3}" compute-sanitizer \
+    --tool "$tool" --error-exitcode 3 "$build/tests/flashattn_gpu_tests" \
+    --test-case="every kernel runs head dims below*"
+done
+step head_dims_bench bash -c '"$0" --head-dims "$(seq -s, 8 8 256)" --heads 32 --csv \
+  --window-ms "$2" > "$1/head-dims.csv" && python3 tools/padded_dims.py "$1/head-dims.csv" \
+  --compiled 8,16,24,32,40,48,64,80,96,112,128,144,160,176,192,224,256' \
+  "$build/bench/flashattn_bench" "$out" "${FA_HEAD_DIMS_WINDOW_MS:-40}"
 # The FP8 kernels (e4m3 Q, K and V) alone, then under each tool (every FA_FP8_SAMPLE-th case).
 step fp8_tests "$build/tests/flashattn_gpu_tests" --test-case="e4m3 queries*"
 for tool in memcheck racecheck synccheck; do
@@ -215,7 +231,7 @@ step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
 grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log
-for f in ring_example ring_py ring_nccl ring_nccl_py before_after serving_before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
+for f in head_dims_bench ring_example ring_py ring_nccl ring_nccl_py before_after serving_before_after decode decode_paged decode_spec chunked_prefill varlen python_overhead; do
   [ -f "$logs/$f.log" ] && { echo "--- $f"; tail -n 40 "$logs/$f.log"; }
 done
 tail -n 12 "$logs/autotune.log" 2>/dev/null

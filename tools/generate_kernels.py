@@ -44,6 +44,12 @@ DTYPE_CPP = {1: "DType::kFP16", 2: "DType::kBF16", 4: "DType::kE4M3"}
 E4M3 = 4  # FP8 kernels (e4m3 Q, K and V): the sm90 family's fp8_prefill_configs only
 KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep", "sm90")
 SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
+# FA_NARROW_HEAD_DIMS's default: the sm90 family's narrow pairs (src/cuda/sm90/kernel.cuh's
+# Narrow), so that every multiple of 8 up to 256 computes at most 8 columns it does not need from
+# 64 up (72 on 80, ..., 200 on 224; 232-248 on 256), and below 64 exactly its own in O += P V
+# (S = Q K^T in k16 steps); 192:128 is DeepSeek's value head dim.
+DEFAULT_NARROW_HEAD_DIMS = "8;16;24;32;40;48;80;96;112;144;160;176;192:128;224"
+MAX_NARROW_PAIRS = 8  # kernel.cuh's NarrowList::kMax
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -320,6 +326,48 @@ def sm90_tuning_configs(dtype, d_head):
     return configs
 
 
+def parse_narrow(text):
+    """FA_NARROW_HEAD_DIMS ("80;192:128;...") -> sorted set of (qk_cols, v_cols): an entry D runs
+    S = Q K^T over D rounded up to 16 columns and O += P V over D; D:DV over D and DV."""
+    pairs = set()
+    for entry in filter(None, text.split(";")):
+        parts = entry.split(":")
+        ok = 1 <= len(parts) <= 2 and all(p.isdigit() for p in parts)
+        d = int(parts[0]) if ok else 0
+        dv = int(parts[-1]) if ok else 0
+        if not ok or not (8 <= dv <= d <= 256) or d % 8 or dv % 8:
+            raise ValueError(f"bad narrow head dim '{entry}' (expected D or D:DV, multiples of 8, "
+                             "DV <= D <= 256)")
+        pairs.add(((d + 15) // 16 * 16, dv))
+    return sorted(pairs)
+
+
+def narrow_pairs(pairs, head_dims):
+    """{built head dim: [(qk_cols, v_cols), ...]}: each pair on the smallest built head dim that
+    holds it (none above it: dropped; the head dim's own dims: nothing to narrow), in ascending
+    order of work (kernel.cuh's Narrow picks the first that fits)."""
+    by_dim = {}
+    for qk, dv in pairs:
+        above = [d for d in sorted(head_dims) if d >= qk]
+        if above and (qk, dv) != (above[0], above[0]):
+            by_dim.setdefault(above[0], []).append((qk, dv))
+    for d, members in by_dim.items():
+        members.sort(key=lambda p: (p[0] + p[1], p[0]))
+        if len(members) > MAX_NARROW_PAIRS:
+            raise ValueError(f"{len(members)} narrow head dims on head dim {d}: at most "
+                             f"{MAX_NARROW_PAIRS} ({members})")
+    return by_dim
+
+
+def sm90_registration(c, by_dim):
+    """register_kernel's template arguments after the config: the 16-bit kernels' narrow pairs."""
+    pairs = by_dim.get(c.d_head, []) if c.dtype != E4M3 else []
+    if not pairs:
+        return ""
+    dims = ", ".join(f"{{{qk}, {dv}}}" for qk, dv in pairs)
+    return f", sm90::NarrowList{{{len(pairs)}, {{{dims}}}}}"
+
+
 def select(kernel_set, dtypes, head_dims, tables, sm90, built):
     configs = set()
     if E4M3 in dtypes:
@@ -380,12 +428,14 @@ class KernelFamily:
     tokens: object  # config -> its knobs' tokens in the name (the family's config.cpp)
     parse: object   # (tokens, config of the name's head) -> the config with the family's knobs
     canonical: object  # config -> the config registered in its place (the family's config.hpp)
+    registration: object = lambda c, by_dim: ""  # (config, narrow_pairs()) -> register_kernel's
+                                                  # template arguments after the config
 
 
 # The families, in KernelConfig::family order: the one place a family is registered.
 FAMILIES = (KernelFamily(0, "sm80", "sm80", "", None, sm80_tokens, sm80_parse, sm80_canonical),
             KernelFamily(1, "sm90", "sm90a", "90a", "sm90", sm90_tokens, sm90_parse,
-                         lambda c: c))
+                         lambda c: c, sm90_registration))
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
@@ -398,6 +448,8 @@ def main():
     ap.add_argument("--dtypes", default="fp16;bf16;e4m3",
                     help="';'-separated: fp16, bf16, e4m3 (the sm90 family's FP8 kernels)")
     ap.add_argument("--head-dims", default="128", help="';'-separated: 64, 128, 192, 256")
+    ap.add_argument("--narrow-head-dims", default=DEFAULT_NARROW_HEAD_DIMS,
+                    help="';'-separated D or D:DV: the sm90 family's narrow pairs (FA_NARROW_HEAD_DIMS)")
     ap.add_argument("--kernel-set", default="default", choices=KERNEL_SETS)
     ap.add_argument("--choice-tables", default="",
                     help="';'-separated heuristic_sm<arch>.txt files (the measured choice tables)")
@@ -417,6 +469,10 @@ def main():
             sys.exit(f"generate_kernels.py: unsupported head dim '{text}' "
                      f"(expected one of {SUPPORTED_HEAD_DIMS})")
         head_dims.append(int(text))
+    try:
+        by_dim = narrow_pairs(parse_narrow(args.narrow_head_dims), head_dims)
+    except ValueError as e:
+        sys.exit(f"generate_kernels.py: {e}")
     if args.per_file < 1:
         sys.exit("generate_kernels.py: --per-file must be >= 1")
 
@@ -440,7 +496,8 @@ def main():
         for part, start in enumerate(range(0, len(members), args.per_file)):
             stem = f"fa_fwd_{family.arch}_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
             fn = f"register_{stem}"
-            body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}>(registry);\n"
+            body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}"
+                           f"{family.registration(c, by_dim)}>(registry);\n"
                            for c in members[start:start + args.per_file])
             text = (BANNER + f'#include "cuda/{family.folder}/launch.cuh"\n\nnamespace fa::cuda {{\n\n'
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")

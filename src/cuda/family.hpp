@@ -71,7 +71,9 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 // layouts with causal and window masks at the kernel's head dims are plain; a paged cache, FP8
 // inputs, score transforms, sinks, packed GQA, splits and a head dim or value head dim below the
 // kernel's are general (the sm90 family's FP8 kernels read their descales in either, and its
-// schedule asks this for e4m3 Q, K and V as if they were bf16). The plain kernels' loads and
+// schedule asks this for e4m3 Q, K and V as if they were bf16, and at the kernel's head dims:
+// its launch runs narrower ones on narrow pairs of the plain instantiation where they fit,
+// sm90/kernel.cuh). The plain kernels' loads and
 // stores then need no column bound: a bound
 // kept for them cost the d 256 kernels 28-40 bytes more spills and 1.4% (H200,
 // docs/performance.md).

@@ -456,18 +456,20 @@ std::vector<FeatureCase> head_dim_cases(int dtype, int64_t d) {
   return cases;
 }
 
-// Every FA_GPU_TEST_SAMPLE-th registered kernel this device runs (sm90 kernels on sm_90 only),
-// with its name.
+// Every FA_GPU_TEST_SAMPLE-th registered kernel this device runs (sm90 kernels on sm_90 only;
+// with FA_GPU_TEST_FAMILY=F those of family F only, as the kernel suite), with its name.
 template <class Body>
 int for_each_runnable_kernel(Body const& body) {
   int major = 0;
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  char const* family = std::getenv("FA_GPU_TEST_FAMILY");
   int index = 0, ran = 0;
   for (size_t i = 0; i < fa_kernel_count(); ++i) {
     fa_kernel_config k;
     fa_kernel_config_init(&k);
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
     if (k.dtype == FA_DTYPE_E4M3) continue;
+    if (family != nullptr && k.family != std::atoi(family)) continue;
     if ((k.family == FA_FAMILY_SM90 && major != 9) || index++ % sample_step() != 0) continue;
     char name[128];
     fa_kernel_config_name(&k, name, sizeof name, nullptr);
@@ -497,22 +499,37 @@ TEST_CASE("every multiple of 8 up to the largest built head dim runs on the libr
 TEST_CASE("every kernel runs head dims below its own with zero columns") {
   Gpu gpu;
   uint64_t seed = 16000;
+  int runs = 0;
   int const kernels = for_each_runnable_kernel([&](fa_kernel_config const& k, std::string const& name) {
-    // 8 short of its own (a partial last 64-column block), and half-way down (a whole block of
-    // zeros at d 128 and 256; at d 64 the smallest, 8).
-    // A kernel holding V in fewer columns (d 192 with 128 keys: 128) takes value head dims up to
-    // those.
+    // Every multiple of 8 in the 56 columns below its own (an sm90 kernel's narrow pairs, every
+    // 16 columns: kernel.cuh's Narrow, each at its width and 8 under it; a partial last
+    // 64-column block), and half-way down (a whole block of zeros at d 192 and 256). Each dim
+    // runs a problem without general features (on sm90: its narrow pair, or the general
+    // instantiation where none fits; dense or a chunked prefill on pages of 16, so a pair's two
+    // dims meet both) and one with them (splits, or ALiBi and sinks), in turn. A kernel holding
+    // V in fewer columns (d 192 with 128 keys: 128) takes value head dims up to those.
     int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
-    for (int64_t d : {int64_t(k.d_head) - 8, k.d_head == 64 ? int64_t(8) : int64_t(k.d_head) / 2 + 8}) {
-      for (FeatureCase c : head_dim_cases(k.dtype, d)) {
+    std::set<int64_t> dims{k.d_head / 2 + 8};
+    for (int64_t d = std::max<int64_t>(8, k.d_head - 56); d < k.d_head; d += 8) dims.insert(d);
+    for (int64_t d : dims) {
+      std::vector<FeatureCase> const cases = head_dim_cases(k.dtype, d);
+      FeatureCase paged = cases[1];
+      paged.page_size = 16;
+      paged.heads_kv = 2;
+      paged.sq = {64, 64};
+      paged.sk = {700, 300};
+      paged.causal = true;
+      paged.num_splits = 1;
+      for (FeatureCase c : {d / 8 % 2 == 0 ? cases[0] : paged, cases[1 + size_t(d / 16) % 2]}) {
         if (d > dv) c.head_dim_v = dv;
         FeatureData fd = fa_test::make_feature_data(c, ++seed);
         run_plan(gpu, fd, &k);
         check_result(fd, name + ", head_dim " + std::to_string(d));
+        ++runs;
       }
     }
   });
-  MESSAGE(kernels << " kernels x 2 head dims x 3 cases");
+  MESSAGE(kernels << " kernels, " << runs << " problems of head dims below theirs");
 }
 
 TEST_CASE("a value head dim below head_dim runs on the choice and on every kernel, o's padding untouched") {

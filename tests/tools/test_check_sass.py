@@ -15,12 +15,12 @@ _spec.loader.exec_module(check_sass)
 
 
 def mangled(d=128, b_c=128, consumers=2, overlap=1, pingpong=0, persistent=1, general=0,
-            narrow=0, e4m3=0, dtype=2):
+            narrow=(0, 0), e4m3=0, dtype=2):
     """An sm90 forward kernel's mangled name, as nvcc spells it."""
     return ("_ZN2fa4cuda4sm9014forward_kernelINS1_4TileILNS_5DTypeE%dELi%dELi%dELi2ELi%dELb%dELb%d"
-            "ELb%dEEELb%dELb%dELb%dEEEvNS1_6ParamsE" % (dtype, d, b_c, consumers, overlap,
-                                                      pingpong, persistent, general, narrow,
-                                                      e4m3))
+            "ELb%dEEELb%dELi%dELi%dELb%dEEEvNS1_6ParamsE" % (dtype, d, b_c, consumers, overlap,
+                                                           pingpong, persistent, general,
+                                                           narrow[0], narrow[1], e4m3))
 
 
 def listing(functions):
@@ -97,13 +97,13 @@ class KernelRows(unittest.TestCase):
         rows = self.rows([
             ("_ZN2fa4cuda4sm8014forward_kernelILi1EEEvv", loop(0, 66)),  # not sm90: ignored
             (mangled(d=64, b_c=128, consumers=3, pingpong=0, e4m3=1, general=1), loop(130, 0)),
-            (mangled(d=128, b_c=192, narrow=1, general=1, pingpong=1, dtype=1), loop(194, 0)),
+            (mangled(d=128, b_c=192, narrow=(96, 96), pingpong=1, dtype=1), loop(96, 0)),
         ])
         self.assertEqual(len(rows), 2)
         self.assertEqual(rows[0]["variant"], "e4m3")
         self.assertEqual(rows[0]["kernel"],
                          "(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+persistent")
-        self.assertEqual(rows[1]["variant"], "narrow")
+        self.assertEqual(rows[1]["variant"], "narrow 96:96")
         self.assertEqual(rows[1]["kernel"],
                          "(FP16, 128, 128, 192, 12): sm90+stages_2+overlap+pingpong+persistent")
         self.assertTrue(all(r["ok"] for r in rows))

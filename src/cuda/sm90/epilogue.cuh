@@ -64,7 +64,7 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 // row's 16 stores waited for them: 9% of the stall samples at d 128, causal 512, on an H200).
 // Elem: O's type (the tile's, or an FP8 tile's bf16 or fp16). An FP8 tile's sums carry its P's
 // factor 2^7 (softmax.cuh's kSumScale; the kernel took it out of O).
-template <class T, bool kGeneral, class Elem = typename T::Elem>
+template <class T, bool kGeneral, bool kBounded = kGeneral, class Elem = typename T::Elem>
 __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
                                            float const (&o)[T::kDv / 2], float const (&c)[2],
@@ -125,10 +125,11 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
                   w.head * p.o_head_stride;
 #pragma unroll
       for (int j = 0; j < T::kDv / 8; ++j) {
-        // Nothing past the caller's last column. Only the general instantiation runs a head dim
-        // below the kernel's (needs_general): a compare per chunk in the plain one cost d 256
-        // 28-36 bytes more spills and 1.4%, d 64 causal 512-1024 2-5% (H200).
-        if (kGeneral && 8 * j >= p.head_dim_v) break;
+        // Nothing past the caller's last column. Only the bounded instantiations (general,
+        // narrow pairs: kernel.cuh) run a head dim below the kernel's: a compare per chunk in
+        // the plain one cost d 256 28-36 bytes more spills and 1.4%, d 64 causal 512-1024 2-5%
+        // (H200).
+        if (kBounded && 8 * j >= p.head_dim_v) break;
         uint32_t const v =
             ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;

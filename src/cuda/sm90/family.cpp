@@ -104,6 +104,10 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   // An FP8 kernel reads its descales in either instantiation (kernel.cuh): e4m3 queries alone do
   // not need the general one, as an e4m3 cache with 16-bit queries does (its own instantiation).
   if (k.dtype == DType::kE4M3) dense_cache.dtype = dense_cache.kv_dtype = DType::kBF16;
+  // Head dims below the kernel's are the launch's to place (launch.cuh): a narrow pair of the
+  // plain instantiation where one fits and no general feature is needed, else the general one.
+  dense_cache.head_dim = k.d_head;
+  dense_cache.head_dim_v = v_cols(k);
   s.general = needs_general(dense_cache, k.d_head, int(v_cols(k)), false, s.num_splits);
   if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
   return s;

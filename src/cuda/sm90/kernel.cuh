@@ -20,38 +20,81 @@
 
 namespace fa::cuda::sm90 {
 
-// Narrower MMAs for two head-dim pairs below a kernel's own (consume_tile's kQkSteps, kVCols):
-// d 96 (Phi-3) on a d 128 kernel, 6 of 8 k16 steps of S = Q K^T and 96 of 128 columns of
-// O += P V, and a value head dim of 128 (DeepSeek's 192 / 128) on a d 192 kernel, 128 of 192
-// columns. They run as a third instantiation (kNarrow: the general one's features too), so
-// that the plain and general kernels keep their code and registers. (A d 192 kernel that holds
-// V in 128 columns, Tile::kDv, runs 192 / 128 in its own instantiations.)
-template <class T>
+// Narrower MMAs for head dims below a kernel's own (consume_tile's kQkSteps, kVCols): S = Q K^T
+// over qk_cols (qk_cols / 16 k16 steps) and O += P V over v_cols, the Q, K and V columns past the
+// problem's head dims being zeros (TMA fills them). A padded dim's work is then the next pair's,
+// not the kernel's: at 4bbedf2, before the pairs every 16 columns, d 72 on the d 128 kernels ran
+// 0.585x and d 136 on the d 192 ones 0.655x the TFLOP/s of their kernels' own dims, computing 128
+// and 192 columns. The pairs are the build's (FA_NARROW_HEAD_DIMS, written by
+// tools/generate_kernels.py into each registration: launch.cuh), in ascending order of work
+// (qk_cols + v_cols), so the first that fits is the cheapest. Each is a further instantiation
+// (kQkCols, kVCols) with the plain one's features and the general one's column bounds; a problem
+// with a narrower dim and a general feature (transforms, sinks, splits) runs the general
+// instantiation over the kernel's own columns. With the general features the pairs ran at the
+// same speed (0.98-1.01x, H200) in 4.1 MB more code (19.8 against 15.7 MB of a bf16 build's sm90
+// objects). An FP8 tile, and a d 192 kernel that holds V in 128 columns (Tile::kDv), take none:
+// the latter runs 192 / 128 in its own instantiations.
+struct NarrowDims {
+  int qk_cols;  // a multiple of 16: wgmma's k16 step is the grain of S = Q K^T
+  int v_cols;   // a multiple of 8: wgmma's N
+  constexpr bool fits(int64_t head_dim, int64_t head_dim_v) const {
+    return head_dim <= qk_cols && head_dim_v <= v_cols;
+  }
+};
+
+struct NarrowList {
+  static constexpr int kMax = 8;
+  int count = 0;
+  NarrowDims dims[kMax] = {};
+};
+
+template <class T, NarrowList kList>
 struct Narrow {
-  static constexpr bool kBuilt = !T::kFp8 && (T::kD == 128 || T::kD == 192) && T::kDv == T::kD;
-  static constexpr int kQkSteps = T::kD == 128 ? 6 : T::kD / 16;
-  static constexpr int kVCols = T::kD == 128 ? 96 : 128;
-  static constexpr bool fits(int64_t head_dim, int64_t head_dim_v) {
-    return kBuilt && head_dim <= kQkSteps * 16 && head_dim_v <= kVCols;
+  static constexpr int kCount = T::kFp8 || T::kDv != T::kD ? 0 : kList.count;
+  // The first pair that runs the problem's head dims (1-based), or 0 (the kernel's own dims).
+  static constexpr int pick(int64_t head_dim, int64_t head_dim_v) {
+    for (int i = 0; i < kCount; ++i) {
+      if (kList.dims[i].fits(head_dim, head_dim_v)) return i + 1;
+    }
+    return 0;
+  }
+  static constexpr bool valid() {
+    for (int i = 0; i < kList.count; ++i) {
+      NarrowDims const d = kList.dims[i];
+      if (d.qk_cols % 16 != 0 || d.v_cols % 8 != 0 || d.qk_cols < 16 || d.v_cols < 8 ||
+          d.qk_cols > T::kD || d.v_cols > T::kD || (d.qk_cols == T::kD && d.v_cols == T::kD)) {
+        return false;
+      }
+      if (i > 0 && kList.dims[i - 1].qk_cols + kList.dims[i - 1].v_cols > d.qk_cols + d.v_cols) {
+        return false;
+      }
+    }
+    return kList.count >= 0 && kList.count <= NarrowList::kMax;
   }
 };
 
 // kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
-// transform) and attention sinks; the plain instantiation has neither. kNarrow (with kGeneral,
-// where Narrow<T>::kBuilt): the narrower MMAs. kE4M3 (with kGeneral, rules::fp8_kv_tile configs
-// only): an e4m3 K/V cache, converted to 16 bits in shared memory by the producer warpgroup
-// (mainloop_load.cuh's load_convert_e4m3) as fp16 for either query type, bf16 queries rewritten
-// as fp16 rows scaled by powers of two (mainloop_mma.cuh's q_bf16_to_fp16), so its products run
-// in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
+// transform), attention sinks, split outputs and the column bounds of head dims below the
+// kernel's; the plain instantiation has none. kQkCols and kVCols: 0, the kernel's own dims, or
+// (plain only) a narrow pair's, with the column bounds. kE4M3 (with kGeneral, rules::fp8_kv_tile
+// configs only): an e4m3 K/V cache, converted to 16 bits in shared memory by the producer
+// warpgroup (mainloop_load.cuh's load_convert_e4m3) as fp16 for either query type, bf16 queries
+// rewritten as fp16 rows scaled by powers of two (mainloop_mma.cuh's q_bf16_to_fp16), so its
+// products run in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
 // An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in both instantiations (its
 // descales are read in either: sm90/family.cpp's schedule): the producer transposes V
 // (mainloop_load.cuh's load_transpose_v), P is rounded to e4m3 (mainloop_mma.cuh), q_descale *
 // k_descale is folded into the scores' scale as an e4m3 cache's k_descale is, and v_descale into
 // O, written in bf16 or fp16 (ForwardParams::o_bf16), staged for TMA where it fits.
-template <class T, bool kGeneral, bool kNarrow = false, bool kE4M3 = false>
+template <class T, bool kGeneral, int kQkCols = 0, int kVCols = 0, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kE4M3 || (kGeneral && !kNarrow), "e4m3 caches: the general instantiation");
+  static_assert(!kE4M3 || (kGeneral && kQkCols == 0), "e4m3 caches: the general instantiation");
+  static_assert(kQkCols == 0 || (!kGeneral && kQkCols % 16 == 0 && kQkCols <= T::kD &&
+                                 kVCols % 8 == 0 && kVCols > 0 && kVCols <= T::kDv),
+                "a narrow pair, in the plain instantiation");
+  // Loads and stores bounded at the problem's head dims (below the kernel's).
+  constexpr bool kBounded = kGeneral || kQkCols != 0;
   constexpr DType kMma = kE4M3 ? DType::kFP16 : T::kType;  // the products' element type
   // A programmatic dependent of the stream's previous kernel (launch.cpp): nothing is read
   // before it has finished; the next kernel may be placed from here on and waits likewise.
@@ -78,7 +121,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       static_assert(T::kWideProducer, "e4m3: the converting producer's 40 registers");
       load_convert_e4m3<T>(params, sm, sched, tid);
     } else {
-      load_tiles<T, kGeneral>(params, sm, sched, tid);
+      load_tiles<T, kBounded>(params, sm, sched, tid);
     }
     return;
   }
@@ -161,9 +204,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       }
       return softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
     };
-    if constexpr (kNarrow) {
-      consume_tile<T, Narrow<T>::kQkSteps, Narrow<T>::kVCols, kMma>(sm, q_base, pipe, w.n_blocks,
-                                                                    lane, turns, o, step);
+    if constexpr (kQkCols != 0) {
+      consume_tile<T, kQkCols / 16, kVCols, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
+                                                  step);
     } else {
       consume_tile<T, T::kQkSteps, T::kDv, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
                                                  step);
@@ -178,14 +221,15 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     int64_t const wg_row = int64_t(w.m_block) * T::kBr + wg * 64;
     if constexpr (T::kFp8) {
       if (p.o_bf16) {
-        store_tile<T, kGeneral, __nv_bfloat16>(params, sm, w, softmax, o, tile_c, row0, wg_row,
-                                               wg, lane);
+        store_tile<T, kGeneral, kBounded, __nv_bfloat16>(params, sm, w, softmax, o, tile_c, row0,
+                                                         wg_row, wg, lane);
       } else {
-        store_tile<T, kGeneral, __half>(params, sm, w, softmax, o, tile_c, row0, wg_row, wg,
-                                        lane);
+        store_tile<T, kGeneral, kBounded, __half>(params, sm, w, softmax, o, tile_c, row0,
+                                                  wg_row, wg, lane);
       }
     } else {
-      store_tile<T, kGeneral>(params, sm, w, softmax, o, tile_c, row0, wg_row, wg, lane);
+      store_tile<T, kGeneral, kBounded>(params, sm, w, softmax, o, tile_c, row0, wg_row, wg,
+                                        lane);
     }
   }
   turns.finish();

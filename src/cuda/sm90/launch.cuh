@@ -20,7 +20,37 @@ template <KernelConfig C>
 using TileOf = Tile<C.dtype, C.d_head, C.B_c, C.stages, C.n_warps / 4 - 1, C.overlap, C.pingpong,
                     C.persistent>;
 
-template <KernelConfig C>
+// The narrow pairs kI.. of kList (kernel.cuh's Narrow), each given `prepare`.
+template <class T, NarrowList kList, int kI = 0, class Prepare>
+cudaError_t prepare_narrow(Prepare const& prepare) {
+  if constexpr (kI >= Narrow<T, kList>::kCount) {
+    return cudaSuccess;
+  } else {
+    constexpr NarrowDims kDims = kList.dims[kI];
+    if (cudaError_t e = prepare(forward_kernel<T, false, kDims.qk_cols, kDims.v_cols>);
+        e != cudaSuccess) {
+      return e;
+    }
+    return prepare_narrow<T, kList, kI + 1>(prepare);
+  }
+}
+
+// Launches kList's narrow pair `pick` (1-based), or with none the general instantiation.
+template <class T, NarrowList kList, int kI = 0>
+cudaError_t launch_narrow(cudaLaunchConfig_t const& config, Params const& params, int pick) {
+  if constexpr (kI >= Narrow<T, kList>::kCount) {
+    return cudaLaunchKernelEx(&config, forward_kernel<T, true>, params);
+  } else {
+    constexpr NarrowDims kDims = kList.dims[kI];
+    if (pick == kI + 1) {
+      return cudaLaunchKernelEx(&config, forward_kernel<T, false, kDims.qk_cols, kDims.v_cols>,
+                                params);
+    }
+    return launch_narrow<T, kList, kI + 1>(config, params, pick);
+  }
+}
+
+template <KernelConfig C, NarrowList kList>
 cudaError_t prepare_kernel() {
   using T = TileOf<C>;
   auto const prepare = [](auto kernel) {
@@ -30,15 +60,15 @@ cudaError_t prepare_kernel() {
   for (auto kernel : {forward_kernel<T, false>, forward_kernel<T, true>}) {
     if (cudaError_t e = prepare(kernel); e != cudaSuccess) return e;
   }
+  if (cudaError_t e = prepare_narrow<T, kList>(prepare); e != cudaSuccess) return e;
   if constexpr (rules::fp8_kv_tile(C)) {
-    if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<T, true, false, true>,
+    if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<T, true, 0, 0, true>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              T::kE4M3SmemBytes);
         e != cudaSuccess) {
       return e;
     }
   }
-  if constexpr (Narrow<T>::kBuilt) return prepare(forward_kernel<T, true, true>);
   return cudaSuccess;
 }
 
@@ -55,9 +85,10 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
 
 // Builds the run's tensor maps (about a microsecond each on the host) and launches on `grid`: a
 // block per query tile, or with `persistent` one per SM (the schedule in family.cpp) walking them;
-// `general` picks the instantiation with score transforms and sinks (family.cpp refuses the
-// features neither has), its narrow variant where the head dims fit (kernel.cuh's Narrow).
-template <KernelConfig C>
+// `general` picks the instantiation with score transforms, sinks and split outputs (family.cpp
+// refuses the features neither has); head dims below the kernel's run its cheapest narrow pair
+// that fits them, or the general instantiation (kernel.cuh's Narrow).
+template <KernelConfig C, NarrowList kList>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool programmatic,
                           cudaStream_t stream) {
   using T = TileOf<C>;
@@ -125,20 +156,21 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   if constexpr (rules::fp8_kv_tile(C)) {
     if (e4m3) {
       config.dynamicSmemBytes = T::kE4M3SmemBytes;
-      return cudaLaunchKernelEx(&config, forward_kernel<T, true, false, true>, params);
+      return cudaLaunchKernelEx(&config, forward_kernel<T, true, 0, 0, true>, params);
     }
   }
-  if (!general) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
-  if constexpr (Narrow<T>::kBuilt) {
-    if (Narrow<T>::fits(p.head_dim, p.head_dim_v)) {
-      return cudaLaunchKernelEx(&config, forward_kernel<T, true, true>, params);
-    }
-  }
-  return cudaLaunchKernelEx(&config, forward_kernel<T, true>, params);
+  // Head dims below the kernel's need the column bounds: without the general features, the
+  // cheapest narrow pair that runs them (kernel.cuh's Narrow), else the general instantiation.
+  bool const narrower = p.head_dim < T::kD || p.head_dim_v < T::kDv;
+  if (!general && !narrower) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
+  int const pick = general ? 0 : Narrow<T, kList>::pick(p.head_dim, p.head_dim_v);
+  return launch_narrow<T, kList>(config, params, pick);
 }
 
-// Instantiates the kernel for C and adds it to the registry (called from the generated files).
-template <KernelConfig C>
+// Instantiates the kernel for C, with the narrow pairs kList (the build's FA_NARROW_HEAD_DIMS that
+// C's head dim is the smallest built one to hold), and adds it to the registry (called from the
+// generated files).
+template <KernelConfig C, NarrowList kList = NarrowList{}>
 void register_kernel(Registry& registry) {
   static_assert(C.family == kId && fa::rules::common_ok(C) && rules::own(C), "a valid sm90 config");
   static_assert(smem_bytes(C) == TileOf<C>::kSmemBytes, "config.hpp's smem_bytes() is the tile's");
@@ -147,8 +179,11 @@ void register_kernel(Registry& registry) {
                 "config.hpp's consumer_regs() is the tile's");
   static_assert(C.dtype == DType::kE4M3 || e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes,
                 "config.hpp's e4m3 layout");
-  registry.emplace(C, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>,
-                                  &kernel_occupancy<C>, &launch_kernel<C>});
+  static_assert(Narrow<TileOf<C>, kList>::valid(),
+                "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile, not the "
+                "tile's own, in ascending order of work");
+  registry.emplace(C, KernelEntry{C, &prepare_kernel<C, kList>, &kernel_attributes<C>,
+                                  &kernel_occupancy<C>, &launch_kernel<C, kList>});
 }
 
 }  // namespace fa::cuda::sm90

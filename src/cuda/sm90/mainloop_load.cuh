@@ -60,7 +60,7 @@ constexpr int gather_chunks_per_thread() {
 // block's V stage frees only after a P V that waits for this block's K.) The tile's last V is
 // signalled before the tile ends (the consumers release Q only after it, and the next tile's Q
 // waits for that).
-template <class T, bool kGeneral>
+template <class T, bool kBounded>
 __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
                                           int kv_head, int64_t pipe, int ptid) {
   using Elem = typename T::Elem;
@@ -130,8 +130,9 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
                                (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
   // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
   // from the pages in `pg` and `rw` (the lanes' look-ups of block n), `groups` passes of kChunks
-  // columns. A chunk at or past `cols` (the tensor's head dim: below the kernel's in the general
-  // instantiation only, needs_general) is zero-filled, never read (family.cpp).
+  // columns. A chunk at or past `cols` (the tensor's head dim: below the kernel's in the bounded
+  // instantiations only, the general one and the narrow pairs: kernel.cuh) is zero-filled,
+  // never read.
   auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
                     int const(&pg)[kSlots], int const(&rw)[kSlots], int cols, int groups) {
     dst += uint32_t(r0) * 128;
@@ -164,7 +165,7 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
         for (int j = 0; j < kPerThread; ++j) {
           uint32_t const block = uint32_t(j * kRowThreads / 8) * T::kBc * 128;
           uint32_t const flip = uint32_t(j * kRowThreads % 8) << 4;
-          bool const in_cols = !kGeneral || (chunk + g * kChunks + j * kRowThreads) * 8 < cols;
+          bool const in_cols = !kBounded || (chunk + g * kChunks + j * kRowThreads) * 8 < cols;
           ptx::cp_async_16_zfill(dst + block + (at ^ flip), src + j * kRowThreads * 8,
                                  in_keys && in_cols);
         }
@@ -584,7 +585,7 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
 // chunked prefill at d 128; docs/performance.md). (A box's bytes may complete on a "full"
 // barrier before thread 0 arms it: the barrier's transaction count goes negative meanwhile, and
 // its phase waits for thread 0's arrival either way.)
-template <class T, bool kGeneral>
+template <class T, bool kBounded>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
   ForwardParams const& p = params.p;
@@ -598,7 +599,7 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
     if (gather) {
-      gather_kv<T, kGeneral>(p, sm, w, kv_head, pipe, ptid);
+      gather_kv<T, kBounded>(p, sm, w, kv_head, pipe, ptid);
       pipe += w.n_blocks;
       return;
     }

@@ -121,7 +121,7 @@ template <class T, int kQkSteps, int kVCols, DType kMma, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
                                              float (&o)[T::kDv / 2], Softmax&& softmax) {
-  static_assert(kQkSteps <= T::kQkSteps && kVCols <= T::kDv && kVCols % 16 == 0, "narrower dims");
+  static_assert(kQkSteps <= T::kQkSteps && kVCols <= T::kDv && kVCols % 8 == 0, "narrower dims");
   constexpr bool kFp8 = kMma == DType::kE4M3;
   static_assert(kFp8 == T::kFp8, "e4m3 products on an FP8 tile");
   constexpr bool kStepped = Slot<T>::kStepped;

@@ -161,7 +161,11 @@ TEST_SUITE("family") {
       Problem q = p;
       q.head_dim_v = dv;
       CHECK_MESSAGE(f.cannot_run(v128, q).empty(), "head_dim_v ", dv);
-      CHECK_MESSAGE(f.schedule(device, entry, q, false).general, "head_dim_v ", dv);
+      // Narrower dims alone are the launch's to place (a narrow pair of the plain instantiation,
+      // or the general one: launch.cuh); a general feature still asks for the general one.
+      CHECK_FALSE_MESSAGE(f.schedule(device, entry, q, false).general, "head_dim_v ", dv);
+      q.softcap = 30.f;
+      CHECK_MESSAGE(f.schedule(device, entry, q, false).general, "softcap, head_dim_v ", dv);
     }
     Problem paged = p;  // gathered rows: V's two 64-column passes
     paged.layout = Layout::kPagedKv;
