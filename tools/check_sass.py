@@ -180,8 +180,8 @@ def main():
     if not rows:
         print("check_sass: no sm90 forward kernel in " + ", ".join(args.files), file=sys.stderr)
         return 2
-    fields = ["file", "kernel", "variant", "overlap", "b_c", "exp_under_pv", "exp_after_pv",
-              "stack_bytes", "ok"]
+    fields = ["file", "kernel", "variant", "transforms", "overlap", "b_c", "exp_under_pv",
+              "exp_after_pv", "stack_bytes", "ok"]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)

@@ -44,12 +44,14 @@ DTYPE_CPP = {1: "DType::kFP16", 2: "DType::kBF16", 4: "DType::kE4M3"}
 E4M3 = 4  # FP8 kernels (e4m3 Q, K and V): the sm90 family's fp8_prefill_configs only
 KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep", "sm90")
 SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
-# FA_NARROW_HEAD_DIMS's default: the sm90 family's narrow pairs (src/cuda/sm90/kernel.cuh's
-# Narrow), so that every multiple of 8 up to 256 computes at most 8 columns it does not need from
-# 64 up (72 on 80, ..., 200 on 224; 232-248 on 256), and below 64 exactly its own in O += P V
-# (S = Q K^T in k16 steps); 192:128 is DeepSeek's value head dim.
+# FA_NARROW_HEAD_DIMS's default: the sm90 family's narrow pairs (src/cuda/sm90/narrow.hpp), so
+# that from 64 to 192 every multiple of 8 computes at most 8 columns it does not need (72 on 80,
+# ..., 184 on 192), above it at most 24 (200-216 on 224, 232-248 on 256), and below 64 exactly
+# its own in O += P V (S = Q K^T in k16 steps; no faster there, where the softmax takes the
+# time: docs/performance.md); 192:128 is DeepSeek's value head dim.
 DEFAULT_NARROW_HEAD_DIMS = "8;16;24;32;40;48;80;96;112;144;160;176;192:128;224"
-MAX_NARROW_PAIRS = 8  # kernel.cuh's NarrowList::kMax
+# narrow.hpp's NarrowList::kMax: the default's 14 pairs fit a build of any one head dim.
+MAX_NARROW_PAIRS = 16
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -345,7 +347,7 @@ def parse_narrow(text):
 def narrow_pairs(pairs, head_dims):
     """{built head dim: [(qk_cols, v_cols), ...]}: each pair on the smallest built head dim that
     holds it (none above it: dropped; the head dim's own dims: nothing to narrow), in ascending
-    order of work (kernel.cuh's Narrow picks the first that fits)."""
+    order of work (narrow.hpp's Narrow picks the first that fits)."""
     by_dim = {}
     for qk, dv in pairs:
         above = [d for d in sorted(head_dims) if d >= qk]
@@ -469,8 +471,10 @@ def main():
             sys.exit(f"generate_kernels.py: unsupported head dim '{text}' "
                      f"(expected one of {SUPPORTED_HEAD_DIMS})")
         head_dims.append(int(text))
+    # The pairs are the sm90 family's (builds without it check the list, place nothing).
     try:
-        by_dim = narrow_pairs(parse_narrow(args.narrow_head_dims), head_dims)
+        pairs = parse_narrow(args.narrow_head_dims)
+        by_dim = narrow_pairs(pairs, head_dims) if args.sm90 else {}
     except ValueError as e:
         sys.exit(f"generate_kernels.py: {e}")
     if args.per_file < 1:

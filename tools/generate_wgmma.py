@@ -9,7 +9,7 @@ operands spelled out one by one, so they are generated rather than written by ha
 import sys
 
 # Every multiple of 8 (wgmma's N) up to 256: B_c for S = Q K^T, the value head dim for O += P V,
-# and the narrow pairs' columns (src/cuda/sm90/kernel.cuh's Narrow; FA_NARROW_HEAD_DIMS).
+# and the narrow pairs' columns (src/cuda/sm90/narrow.hpp's Narrow; FA_NARROW_HEAD_DIMS).
 SHAPES = tuple(range(8, 257, 8))
 TYPES = (("bf16", "kBF16"), ("f16", "kFP16"), ("e4m3", "kE4M3"))
 # The e4m3 products' N: B_c for S = Q K^T and the value head dim for O += P V (the e4m3 tiles,

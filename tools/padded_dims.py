@@ -8,7 +8,7 @@ in --compiled, its TFLOP/s over the TFLOP/s of the smallest compiled dim at or a
     python3 tools/padded_dims.py dims.csv --compiled 8,16,24,32,40,48,64,80,96,112,128,144,160,176,192,224,256
 
 The compiled dims of the sm90 family are its kernels' head dims and their narrow pairs
-(src/cuda/sm90/kernel.cuh's Narrow). Rows whose head_dim_v differs from head_dim are left out.
+(src/cuda/sm90/narrow.hpp's Narrow). Rows whose head_dim_v differs from head_dim are left out.
 --csv-out writes one row per padded dim and point.
 """
 import argparse

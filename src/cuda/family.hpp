@@ -72,11 +72,10 @@ int64_t unsplit_blocks(int B_r, Problem const& p, bool pack_gqa);
 // inputs, score transforms, sinks, packed GQA, splits and a head dim or value head dim below the
 // kernel's are general (the sm90 family's FP8 kernels read their descales in either, and its
 // schedule asks this for e4m3 Q, K and V as if they were bf16, and at the kernel's head dims:
-// its launch runs narrower ones on narrow pairs of the plain instantiation where they fit,
-// sm90/kernel.cuh). The plain kernels' loads and
-// stores then need no column bound: a bound
-// kept for them cost the d 256 kernels 28-40 bytes more spills and 1.4% (H200,
-// docs/performance.md).
+// its launch runs narrower ones on narrow pairs, plain features with column bounds, where one
+// fits, sm90/narrow.hpp). The plain instantiation at the kernel's own dims then needs no
+// column bound in its loads and stores: a bound kept for it cost the d 256 kernels 28-40 bytes
+// more spills and 1.4% (H200, docs/performance.md).
 bool needs_general(Problem const& p, int d_head, int d_head_v, bool pack_gqa, int num_splits);
 
 // Why a family whose kernels run a head dim below their own (`k`'s) in 16-byte column units,

@@ -21,7 +21,9 @@ struct KernelEntry {
   // Launches `grid` blocks (see ForwardParams for their order) on `stream`; returns the launch
   // error. `general` selects the instantiation with every feature (layouts, biases, sinks,
   // GQA packing, splits, paged caches); the other runs dense, varlen and contiguous-cache
-  // problems with causal and window masks only. `programmatic` (sm_90 and newer) launches it as
+  // problems with causal and window masks only (the sm90 family's also paged caches, and head
+  // dims below the kernel's on a narrow pair where one fits, else the general instantiation:
+  // sm90/launch.cuh). `programmatic` (sm_90 and newer) launches it as
   // a programmatic dependent of the stream's previous kernel: its blocks may be placed while
   // that kernel's last ones run, and wait on the device (griddepcontrol.wait, before anything
   // else) until it has finished and its writes are visible.

@@ -502,7 +502,7 @@ TEST_CASE("every kernel runs head dims below its own with zero columns") {
   int runs = 0;
   int const kernels = for_each_runnable_kernel([&](fa_kernel_config const& k, std::string const& name) {
     // Every multiple of 8 in the 56 columns below its own (an sm90 kernel's narrow pairs, every
-    // 16 columns: kernel.cuh's Narrow, each at its width and 8 under it; a partial last
+    // 16 columns: narrow.hpp's Narrow, each at its width and 8 under it; a partial last
     // 64-column block), and half-way down (a whole block of zeros at d 192 and 256). Each dim
     // runs a problem without general features (on sm90: its narrow pair, or the general
     // instantiation where none fits; dense or a chunked prefill on pages of 16, so a pair's two

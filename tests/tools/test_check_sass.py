@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """tools/check_sass.py's reading of SASS, on listings written here in cuobjdump's format (so it
-runs without cuobjdump or a GPU): the key-loop shapes it must pass and the ones it must fail."""
+runs without cuobjdump or a GPU): the key-loop shapes it must pass and the ones it must fail, and
+the command line with --csv over a stand-in cuobjdump."""
 
+import csv
 import importlib.util
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 _TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
@@ -116,6 +120,28 @@ class KernelRows(unittest.TestCase):
         self.assertEqual(frames, {name: 88})
         (row,) = self.rows([(name, loop(66, 0))], frames)
         self.assertEqual(row["stack_bytes"], 88)
+
+
+class CommandLine(unittest.TestCase):
+    def test_csv_rows_and_exit_status(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            text = os.path.join(tmp, "sass.txt")
+            with open(text, "w") as f:
+                f.write(listing([(mangled(), [QK, W0] + [EXP] * 66 + loop(66, 0) + [QK, W0]),
+                                 (mangled(narrow=(80, 80)), loop(3, 63))]))
+            tool = os.path.join(tmp, "cuobjdump")
+            with open(tool, "w") as f:  # -sass prints the listing, -res-usage nothing
+                f.write('#!/bin/sh\n[ "$1" = -sass ] && cat "%s"\nexit 0\n' % text)
+            os.chmod(tool, 0o755)
+            out = os.path.join(tmp, "rows.csv")
+            r = subprocess.run([sys.executable, _TOOL, text, "--csv", out],
+                               env=dict(os.environ, FA_CUOBJDUMP=tool), capture_output=True,
+                               text=True)
+            self.assertEqual(r.returncode, 1, r.stderr)  # the second loop fails the check
+            with open(out, newline="") as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual([(x["variant"], x["transforms"], x["ok"]) for x in rows],
+                             [("plain", "False", "True"), ("narrow 80:80", "False", "False")])
 
 
 if __name__ == "__main__":

@@ -44,9 +44,13 @@ class NarrowHeadDims(unittest.TestCase):
         self.assertEqual(gen.narrow_pairs(gen.parse_narrow("224"), [64, 128]), {})
 
     def test_more_pairs_than_a_list_holds_are_refused(self):
+        # The default fits a build of any one head dim (every pair on it).
+        for d in gen.SUPPORTED_HEAD_DIMS:
+            by_dim = gen.narrow_pairs(gen.parse_narrow(gen.DEFAULT_NARROW_HEAD_DIMS), [d])
+            self.assertLessEqual(len(by_dim.get(d, [])), gen.MAX_NARROW_PAIRS)
+        many = ";".join(f"{d}:{dv}" for d in range(136, 256, 8) for dv in (40, 72, 128))
         with self.assertRaises(ValueError) as e:
-            gen.narrow_pairs(gen.parse_narrow(";".join(str(d) for d in range(136, 256, 8))),
-                             [256])
+            gen.narrow_pairs(gen.parse_narrow(many), [256])
         self.assertIn("head dim 256", str(e.exception))
 
     def test_registrations_carry_the_pairs(self):
@@ -69,6 +73,12 @@ class NarrowHeadDims(unittest.TestCase):
                                 "--narrow-head-dims", "80;84"], capture_output=True, text=True)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("'84'", r.stderr)
+            # A build of one head dim without the sm90 family (the packages' reduced build) and
+            # one with it both take the default list.
+            for extra in ([], ["--sm90"]):
+                r = subprocess.run([sys.executable, _TOOL, "--out", out, "--head-dims", "128",
+                                    "--dtypes", "bf16", *extra], capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
 
 
 if __name__ == "__main__":

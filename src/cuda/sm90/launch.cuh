@@ -20,7 +20,7 @@ template <KernelConfig C>
 using TileOf = Tile<C.dtype, C.d_head, C.B_c, C.stages, C.n_warps / 4 - 1, C.overlap, C.pingpong,
                     C.persistent>;
 
-// The narrow pairs kI.. of kList (kernel.cuh's Narrow), each given `prepare`.
+// The narrow pairs kI.. of kList (narrow.hpp's Narrow), each given `prepare`.
 template <class T, NarrowList kList, int kI = 0, class Prepare>
 cudaError_t prepare_narrow(Prepare const& prepare) {
   if constexpr (kI >= Narrow<T, kList>::kCount) {
@@ -87,7 +87,7 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
 // block per query tile, or with `persistent` one per SM (the schedule in family.cpp) walking them;
 // `general` picks the instantiation with score transforms, sinks and split outputs (family.cpp
 // refuses the features neither has); head dims below the kernel's run its cheapest narrow pair
-// that fits them, or the general instantiation (kernel.cuh's Narrow).
+// that fits them, or the general instantiation (narrow.hpp's Narrow).
 template <KernelConfig C, NarrowList kList>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool programmatic,
                           cudaStream_t stream) {
@@ -160,7 +160,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
     }
   }
   // Head dims below the kernel's need the column bounds: without the general features, the
-  // cheapest narrow pair that runs them (kernel.cuh's Narrow), else the general instantiation.
+  // cheapest narrow pair that runs them (narrow.hpp's Narrow), else the general instantiation.
   bool const narrower = p.head_dim < T::kD || p.head_dim_v < T::kDv;
   if (!general && !narrower) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
   int const pick = general ? 0 : Narrow<T, kList>::pick(p.head_dim, p.head_dim_v);

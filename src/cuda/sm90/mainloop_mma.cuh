@@ -109,8 +109,8 @@ struct Slot {
 // Stepped at d 192 too: 0.9999x there (0.990-1.014; docs/performance.md), so d 192 is not.
 //
 // kQkSteps and kVCols: the k16 steps of S = Q K^T and the columns of O += P V that the problem's
-// head dims need, T::kD / 16 and T::kDv but in the narrow instantiation (kernel.cuh's Narrow),
-// whose Q, K and V columns past them are zeros. Compile-time: a runtime bound inside the unrolled
+// head dims need, T::kD / 16 and T::kDv but in a narrow pair's instantiation (narrow.hpp), whose
+// Q, K and V columns past them are zeros. Compile-time: a runtime bound inside the unrolled
 // loops made ptxas fence every wgmma (C7519, 126 times in one file) and spill in the consumers.
 //
 // kMma: the products' element type, T::kType but in the e4m3 instantiation, whose stages and Q

@@ -118,6 +118,23 @@ TEST_SUITE("family") {
     CHECK(d.workspace_bytes == split_workspace_bytes(decode, d.num_splits));
     CHECK(d.blocks == std::min<int64_t>(32 * d.num_splits, 132));
     CHECK(f.schedule(device, persistent, decode, false).num_splits == 1);
+
+    // A head dim below the kernel's alone needs no general instantiation: the launch runs a
+    // narrow pair (launch.cuh). Its general features still do.
+    Problem narrow = test::dense_problem(4, 2048, 2048, 16, 4, 80);
+    CHECK_FALSE(f.schedule(device, persistent, narrow, false).general);
+    Problem narrow_paged = narrow;
+    narrow_paged.layout = Layout::kPagedKv;
+    narrow_paged.page_size = 64;
+    CHECK_FALSE(f.schedule(device, persistent, narrow_paged, false).general);
+    Problem with_feature[5] = {narrow, narrow, narrow, narrow, narrow};
+    with_feature[0].softcap = 30.f;
+    with_feature[1].alibi = Alibi::kPerHead;
+    with_feature[2].sinks = true;
+    with_feature[3].softmax_scale = -0.125f;
+    with_feature[4].kv_dtype = DType::kE4M3;
+    for (Problem const& q : with_feature) CHECK(f.schedule(device, persistent, q, false).general);
+    CHECK(f.schedule(device, persistent, test::dense_problem(1, 1, 8192, 32, 8, 80), true).general);
     decode.num_splits = 5;
     CHECK(f.schedule(device, persistent, decode, false).num_splits == 5);
     ForwardParams const params = f.params(persistent.config, p, s);

@@ -1,0 +1,64 @@
+// The sm90 family's narrow pairs (src/cuda/sm90/narrow.hpp): which pair a problem's head dims
+// get, which tiles take none, and which lists a registration refuses.
+#include <doctest/doctest.h>
+
+#include "cuda/sm90/narrow.hpp"
+
+namespace fa::cuda::sm90 {
+
+namespace {
+
+template <int kHeadDim, int kValueDim = kHeadDim, bool kIsFp8 = false>
+struct FakeTile {
+  static constexpr int kD = kHeadDim;
+  static constexpr int kDv = kValueDim;
+  static constexpr bool kFp8 = kIsFp8;
+};
+
+// The default build's pairs on its d 128 and d 192 kernels (tools/generate_kernels.py).
+constexpr NarrowList kD128{3, {{80, 80}, {96, 96}, {112, 112}}};
+constexpr NarrowList kD192{4, {{144, 144}, {160, 160}, {192, 128}, {176, 176}}};
+
+}  // namespace
+
+TEST_SUITE("family") {
+  TEST_CASE("sm90 narrow pairs: the first pair holding both head dims, the cheapest") {
+    using N = Narrow<FakeTile<128>, kD128>;
+    CHECK(N::kCount == 3);
+    CHECK(N::pick(72, 72) == 1);
+    CHECK(N::pick(80, 80) == 1);
+    CHECK(N::pick(88, 64) == 2);
+    CHECK(N::pick(80, 96) == 2);  // the value head dim needs the wider pair
+    CHECK(N::pick(112, 8) == 3);
+    CHECK(N::pick(120, 120) == 0);  // past every pair: the kernel's own columns
+    CHECK(N::pick(8, 8) == 1);
+    using M = Narrow<FakeTile<192>, kD192>;
+    CHECK(M::pick(136, 136) == 1);
+    CHECK(M::pick(160, 128) == 2);   // (160, 160) and (192, 128) cost the same: the first
+    CHECK(M::pick(176, 128) == 3);   // (192, 128) over (176, 176): 320 columns against 352
+    CHECK(M::pick(176, 136) == 4);
+    CHECK(M::pick(184, 128) == 3);
+    CHECK(M::pick(184, 136) == 0);
+  }
+
+  TEST_CASE("sm90 narrow pairs: FP8 tiles and tiles holding V in fewer columns take none") {
+    CHECK(Narrow<FakeTile<128, 128, true>, kD128>::kCount == 0);
+    CHECK(Narrow<FakeTile<128, 128, true>, kD128>::pick(72, 72) == 0);
+    CHECK(Narrow<FakeTile<192, 128>, kD192>::kCount == 0);
+    CHECK(Narrow<FakeTile<192, 128>, kD192>::pick(144, 128) == 0);
+    CHECK(Narrow<FakeTile<192>, NarrowList{}>::pick(144, 144) == 0);
+  }
+
+  TEST_CASE("sm90 narrow pairs: the lists a registration refuses") {
+    CHECK(Narrow<FakeTile<128>, kD128>::valid());
+    CHECK(Narrow<FakeTile<192>, kD192>::valid());
+    CHECK(Narrow<FakeTile<64>, NarrowList{2, {{16, 8}, {48, 40}}}>::valid());
+    CHECK_FALSE(Narrow<FakeTile<128>, NarrowList{1, {{72, 72}}}>::valid());     // qk % 16
+    CHECK_FALSE(Narrow<FakeTile<128>, NarrowList{1, {{80, 76}}}>::valid());     // v % 8
+    CHECK_FALSE(Narrow<FakeTile<128>, NarrowList{1, {{144, 144}}}>::valid());   // past the tile
+    CHECK_FALSE(Narrow<FakeTile<128>, NarrowList{1, {{128, 128}}}>::valid());   // its own dims
+    CHECK_FALSE(Narrow<FakeTile<128>, NarrowList{2, {{96, 96}, {80, 80}}}>::valid());  // order
+  }
+}
+
+}  // namespace fa::cuda::sm90
