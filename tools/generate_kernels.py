@@ -48,8 +48,11 @@ SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
 # that from 64 to 192 every multiple of 8 computes at most 8 columns it does not need (72 on 80,
 # ..., 184 on 192), above it at most 24 (200-216 on 224, 232-248 on 256), and below 64 exactly
 # its own in O += P V (S = Q K^T in k16 steps; no faster there, where the softmax takes the
-# time: docs/performance.md); 192:128 is DeepSeek's value head dim.
-DEFAULT_NARROW_HEAD_DIMS = "8;16;24;32;40;48;80;96;112;144;160;176;192:128;224"
+# time: docs/performance.md); 192:128 is DeepSeek's value head dim. A built head dim's own (64,
+# 128, 192, 256) is the pair at the kernel's width: the plain features with the column bounds,
+# for the dims between its last pair and the kernel's (56, 120, 184, 232-248), which otherwise
+# run the general instantiation.
+DEFAULT_NARROW_HEAD_DIMS = "8;16;24;32;40;48;64;80;96;112;128;144;160;176;192:128;192;224;256"
 # narrow.hpp's NarrowList::kMax: the default's 14 pairs fit a build of any one head dim.
 MAX_NARROW_PAIRS = 16
 
@@ -346,12 +349,12 @@ def parse_narrow(text):
 
 def narrow_pairs(pairs, head_dims):
     """{built head dim: [(qk_cols, v_cols), ...]}: each pair on the smallest built head dim that
-    holds it (none above it: dropped; the head dim's own dims: nothing to narrow), in ascending
-    order of work (narrow.hpp's Narrow picks the first that fits)."""
+    holds it (none above it: dropped; the head dim's own dims: the pair at the kernel's width), in
+    ascending order of work (narrow.hpp's Narrow picks the first that fits)."""
     by_dim = {}
     for qk, dv in pairs:
         above = [d for d in sorted(head_dims) if d >= qk]
-        if above and (qk, dv) != (above[0], above[0]):
+        if above:
             by_dim.setdefault(above[0], []).append((qk, dv))
     for d, members in by_dim.items():
         members.sort(key=lambda p: (p[0] + p[1], p[0]))

@@ -32,13 +32,16 @@ class NarrowHeadDims(unittest.TestCase):
     def test_pairs_go_to_the_smallest_built_dim_that_holds_them(self):
         pairs = gen.parse_narrow(gen.DEFAULT_NARROW_HEAD_DIMS)
         by_dim = gen.narrow_pairs(pairs, [64, 128, 192, 256])
-        self.assertEqual(by_dim[64], [(16, 8), (16, 16), (32, 24), (32, 32), (48, 40), (48, 48)])
-        self.assertEqual(by_dim[128], [(80, 80), (96, 96), (112, 112)])
-        self.assertEqual(by_dim[192], [(144, 144), (160, 160), (192, 128), (176, 176)])
-        self.assertEqual(by_dim[256], [(224, 224)])
-        # Without d 64 and 192 their pairs move up; a built dim's own dims (128) are no pair.
+        self.assertEqual(by_dim[64], [(16, 8), (16, 16), (32, 24), (32, 32), (48, 40), (48, 48),
+                                      (64, 64)])
+        self.assertEqual(by_dim[128], [(80, 80), (96, 96), (112, 112), (128, 128)])
+        self.assertEqual(by_dim[192], [(144, 144), (160, 160), (192, 128), (176, 176), (192, 192)])
+        self.assertEqual(by_dim[256], [(224, 224), (256, 256)])
+        # Without d 64 and 192 their pairs move up; a built dim's own (128) is its pair at the
+        # kernel's width.
         by_dim = gen.narrow_pairs(gen.parse_narrow("40;96;128;160;192:128"), [128, 256])
-        self.assertEqual(by_dim, {128: [(48, 40), (96, 96)], 256: [(160, 160), (192, 128)]})
+        self.assertEqual(by_dim, {128: [(48, 40), (96, 96), (128, 128)],
+                                  256: [(160, 160), (192, 128)]})
         self.assertEqual(gen.narrow_pairs(gen.parse_narrow("128"), [256]), {256: [(128, 128)]})
         # Above every built dim: dropped.
         self.assertEqual(gen.narrow_pairs(gen.parse_narrow("224"), [64, 128]), {})

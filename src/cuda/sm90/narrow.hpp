@@ -13,7 +13,9 @@ namespace fa::cuda::sm90 {
 // 0.585x and d 136 on the d 192 ones 0.655x the TFLOP/s of their kernels' own dims, computing 96
 // (the one narrow variant then) and 192 columns. The pairs are the build's (FA_NARROW_HEAD_DIMS, written by
 // tools/generate_kernels.py into each registration: launch.cuh), in ascending order of work
-// (qk_cols + v_cols), so the first that fits is the cheapest. Each is a further instantiation
+// (qk_cols + v_cols), so the first that fits is the cheapest; the last may be the kernel's own
+// width, the plain features with the column bounds for the dims past the other pairs (without
+// it those ran the general instantiation, 5-9% under their share of the columns on an H200). Each is a further instantiation
 // (kQkCols, kVCols) with the plain one's features and the general one's column bounds; a problem
 // with a narrower dim and a general feature (transforms, sinks, splits) runs the general
 // instantiation over the kernel's own columns. With the general features the pairs ran at the
@@ -46,12 +48,13 @@ struct Narrow {
     return 0;
   }
   // The generator's list as launch.cuh's register_kernel requires it: each pair within the tile
-  // and not its own dims, qk_cols a multiple of 16 and v_cols of 8, in ascending order of work.
+  // (its own dims: the pair at its width), qk_cols a multiple of 16 and v_cols of 8, in
+  // ascending order of work.
   static constexpr bool valid() {
     for (int i = 0; i < kList.count; ++i) {
       NarrowDims const d = kList.dims[i];
       if (d.qk_cols % 16 != 0 || d.v_cols % 8 != 0 || d.qk_cols < 16 || d.v_cols < 8 ||
-          d.qk_cols > T::kD || d.v_cols > T::kD || (d.qk_cols == T::kD && d.v_cols == T::kD)) {
+          d.qk_cols > T::kD || d.v_cols > T::kD) {
         return false;
       }
       if (i > 0 && kList.dims[i - 1].qk_cols + kList.dims[i - 1].v_cols > d.qk_cols + d.v_cols) {
