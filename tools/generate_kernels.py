@@ -53,8 +53,8 @@ SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
 # for the dims between its last pair and the kernel's (56, 120, 184, 232-248), which otherwise
 # run the general instantiation.
 DEFAULT_NARROW_HEAD_DIMS = "8;16;24;32;40;48;64;80;96;112;128;144;160;176;192:128;192;224;256"
-# narrow.hpp's NarrowList::kMax: the default's 14 pairs fit a build of any one head dim.
-MAX_NARROW_PAIRS = 16
+# narrow.hpp's NarrowList::kMax: the default's 18 pairs fit a build of any one head dim.
+MAX_NARROW_PAIRS = 24
 
 
 @dataclasses.dataclass(frozen=True, order=True)

@@ -31,7 +31,7 @@ struct NarrowDims {
 };
 
 struct NarrowList {
-  static constexpr int kMax = 16;  // tools/generate_kernels.py's MAX_NARROW_PAIRS
+  static constexpr int kMax = 24;  // tools/generate_kernels.py's MAX_NARROW_PAIRS
   int count = 0;
   NarrowDims dims[kMax] = {};
 };
