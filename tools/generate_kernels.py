@@ -46,14 +46,14 @@ KERNEL_SETS = ("default", "all", "seed", "autotune", "progression", "sweep", "sm
 SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
 # FA_NARROW_HEAD_DIMS's default: the sm90 family's narrow pairs (src/cuda/sm90/narrow.hpp), so
 # that from 64 to 192 every multiple of 8 computes at most 8 columns it does not need (72 on 80,
-# ..., 184 on 192), above it at most 24 (200-216 on 224, 232-248 on 256), and below 64 exactly
-# its own in O += P V (S = Q K^T in k16 steps; no faster there, where the softmax takes the
-# time: docs/performance.md); 192:128 is DeepSeek's value head dim. A built head dim's own (64,
+# ..., 184 on 192), above it at most 24 (200-216 on 224, 232-248 on 256), and below 64 every 16
+# columns (pairs for 8, 24 and 40 ran no faster than 16, 32 and 48: there the softmax takes the
+# time, docs/performance.md); 192:128 is DeepSeek's value head dim. A built head dim's own (64,
 # 128, 192, 256) is the pair at the kernel's width: the plain features with the column bounds,
 # for the dims between its last pair and the kernel's (56, 120, 184, 232-248), which otherwise
 # run the general instantiation.
-DEFAULT_NARROW_HEAD_DIMS = "8;16;24;32;40;48;64;80;96;112;128;144;160;176;192:128;192;224;256"
-# narrow.hpp's NarrowList::kMax: the default's 18 pairs fit a build of any one head dim.
+DEFAULT_NARROW_HEAD_DIMS = "16;32;48;64;80;96;112;128;144;160;176;192:128;192;224;256"
+# narrow.hpp's NarrowList::kMax: the default's 15 pairs fit a build of any one head dim.
 MAX_NARROW_PAIRS = 24
 
 
