@@ -112,7 +112,7 @@ for tool in memcheck racecheck synccheck; do
 done
 step head_dims_bench bash -c '"$0" --head-dims "$(seq -s, 8 8 256)" --heads 32 --csv \
   --window-ms "$2" > "$1/head-dims.csv" && python3 tools/padded_dims.py "$1/head-dims.csv" \
-  --compiled 8,16,24,32,40,48,64,80,96,112,128,144,160,176,192,224,256' \
+  --compiled 16,32,48,64,80,96,112,128,144,160,176,192,224,256' \
   "$build/bench/flashattn_bench" "$out" "${FA_HEAD_DIMS_WINDOW_MS:-40}"
 # The FP8 kernels (e4m3 Q, K and V) alone, then under each tool (every FA_FP8_SAMPLE-th case).
 step fp8_tests "$build/tests/flashattn_gpu_tests" --test-case="e4m3 queries*"
