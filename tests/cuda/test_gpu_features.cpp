@@ -991,6 +991,7 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
   int major = 0;
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   int checked = 0;
+  bool built_small = false;
   for (auto [dtype, dim] : e4m3_shapes()) {
     bool built = false;
     for (size_t i = 0; i < fa_kernel_count(); ++i) {
@@ -999,6 +1000,7 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
       REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
       built |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim;
     }
+    built_small |= built && dim <= 128;
     if (major != 9 || !built || dim > 128) continue;
     for (int64_t keys : {512, 1024, 2048, 16384}) {
       for (int64_t page : {0, 16}) {
@@ -1027,8 +1029,10 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
       }
     }
   }
-  if (major == 9) CHECK(checked > 0);
-  MESSAGE(checked << " e4m3 chunked prefills checked for the sm90 family");
+  // A build without sm90 kernels of d 128 or less (FA_HEAD_DIMS=192, say) has nothing to check.
+  if (major == 9 && built_small) CHECK(checked > 0);
+  MESSAGE(checked << " e4m3 chunked prefills checked for the sm90 family"
+                  << (built_small ? "" : " (skipped: no sm90 kernel of d 128 or less built)"));
 }
 
 TEST_CASE("malformed index tensors on the GPU stay in bounds") {

@@ -594,8 +594,11 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
   if (!gather && !paged && ptid >= 32) return;
   int const slot = (ptid % 32) * 4 + ptid / 32;  // this thread's paged box
   bool const leader = ptid == 0;
-  if (leader) prefetch_maps(params);
   int const box = params.kv_box_rows;
+  // Threads without a box in any block (B_c / box boxes: 1 to 24) gate nothing: they leave
+  // rather than spin on every barrier beside the consumers (thread 0, box 0, arms them).
+  if (!gather && paged && !leader && slot * box >= T::kBc) return;
+  if (leader) prefetch_maps(params);
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
     if (gather) {
