@@ -11,16 +11,19 @@ namespace fa::cuda::sm90 {
 // problem's head dims being zeros (TMA fills them). A padded dim's work is then the next pair's,
 // not the kernel's: at 4bbedf2, before the pairs every 16 columns, d 72 on the d 128 kernels ran
 // 0.585x and d 136 on the d 192 ones 0.655x the TFLOP/s of their kernels' own dims, computing 96
-// (the one narrow variant then) and 192 columns. The pairs are the build's (FA_NARROW_HEAD_DIMS, written by
-// tools/generate_kernels.py into each registration: launch.cuh), in ascending order of work
-// (qk_cols + v_cols), so the first that fits is the cheapest; the last may be the kernel's own
-// width, the plain features with the column bounds for the dims past the other pairs (without
-// it those ran the general instantiation, 5-9% under their share of the columns on an H200). Each is a further instantiation
-// (kQkCols, kVCols) with the plain one's features and the general one's column bounds; a problem
-// with a narrower dim and a general feature (transforms, sinks, splits) runs the general
-// instantiation over the kernel's own columns. With the general features the pairs ran at the
-// same speed (0.98-1.01x, H200) in 4.1 MB more code (19.8 against 15.7 MB of a bf16 + e4m3
-// build's sm90 objects). An FP8 tile, and a d 192 kernel that holds V in 128 columns (Tile::kDv), take none:
+// (the one narrow variant then) and 192 columns. The pairs are the build's (FA_NARROW_HEAD_DIMS,
+// written by tools/generate_kernels.py into each registration: launch.cuh), in ascending order
+// of work (qk_cols + v_cols), so the first that fits is the cheapest; the last may be the
+// kernel's own width: the plain features with the column bounds for the dims past the other
+// pairs (56, 120, 184, 232-248 by default), which otherwise ran the general instantiation, on
+// an H200 5-9% under their share of the columns; with it 0.8-2.8% nearer their kernel's speed
+// (bf16; 5-9% predicted). Each is a further instantiation (kQkCols, kVCols) with the plain
+// one's features and the general one's column bounds; a problem with a narrower dim and a
+// general feature (transforms, sinks, splits) runs the general instantiation over the kernel's
+// own columns. With the general
+// features the pairs ran at the same speed (0.98-1.01x, H200) in 4.1 MB more code (19.8
+// against 15.7 MB of a bf16 + e4m3 build's sm90 objects). An FP8 tile, and a d 192 kernel that
+// holds V in 128 columns (Tile::kDv), take none:
 // the latter runs 192 / 128 in its own instantiations.
 struct NarrowDims {
   int qk_cols;  // a multiple of 16: wgmma's k16 step is the grain of S = Q K^T
