@@ -293,7 +293,11 @@ typedef struct fa_config {
                              contexts ignore it. At most 256. An automatic split that a run
                              brings no workspace for runs unsplit (so plans of 0.2 callers,
                              who pass none, work as before); a forced one fails with
-                             FA_STATUS_WORKSPACE_TOO_SMALL. */
+                             FA_STATUS_WORKSPACE_TOO_SMALL. A forced count whose grid
+                             (query blocks x heads x batch x num_splits thread blocks)
+                             would pass 2^31 - 1 is refused with FA_STATUS_UNSUPPORTED
+                             and a message naming it (before 0.4.0 it was launched, its
+                             grid wrapped). */
   int64_t total_q;      /*!< FA_LAYOUT_VARLEN: rows of q and o (>= 1); else must be 0. */
   int64_t total_k;      /*!< FA_LAYOUT_VARLEN: rows of k and v (>= 1); else must be 0. */
   int64_t num_pages;    /*!< FA_LAYOUT_PAGED_KV: pages in the k and v caches (>= 1); else 0. */

@@ -5,7 +5,7 @@ in --compiled, its TFLOP/s over the TFLOP/s of the smallest compiled dim at or a
 (causal, seqlen) point both hold, with their geometric mean and minimum (issue 18's bar: 0.85).
 
     flashattn_bench --head-dims 8,16,...,256 --heads 32 --csv > dims.csv
-    python3 tools/padded_dims.py dims.csv --compiled 8,16,24,32,40,48,64,80,96,112,128,144,160,176,192,224,256
+    python3 tools/padded_dims.py dims.csv --compiled 16,32,48,64,80,96,112,128,144,160,176,192,224,256
 
 The compiled dims of the sm90 family are its kernels' head dims and their narrow pairs
 (src/cuda/sm90/narrow.hpp's Narrow). Rows whose head_dim_v differs from head_dim are left out.

@@ -1,5 +1,6 @@
 // The choice across families: whether a kernel runs a problem, which kernel a problem gets,
 // and its schedule and parameters, each asked of the kernel's family (family.hpp).
+#include <algorithm>
 #include <cinttypes>
 #include <climits>
 #include <optional>
@@ -56,10 +57,15 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
   }
   if (std::string why = family->cannot_run(k, p); !why.empty()) return say(why);
   // One thread block per (query block, head, batch), on a one-dimensional grid; splits multiply
-  // it, but only up to the unsplit grid's limit (the schedule caps them).
+  // it. Automatic ones stay within 2^31 - 1 blocks (choose_splits caps them at INT32_MAX / the
+  // unsplit grid); a forced num_splits is checked here (its grid would wrap, and the sm90
+  // family's tile indices are 31-bit).
   int64_t const blocks = unsplit_blocks(k.B_r, p, family->pack_gqa(k, p));
-  if (blocks > INT32_MAX) {
-    return say("the grid of " + std::to_string(blocks) + " thread blocks exceeds 2^31 - 1");
+  int64_t const splits = std::max<int64_t>(p.num_splits, 1);
+  if (blocks > INT32_MAX / splits) {
+    return say("the grid of " + std::to_string(blocks) + " thread blocks" +
+               (splits > 1 ? " times fa_config.num_splits = " + std::to_string(splits) : "") +
+               " exceeds 2^31 - 1");
   }
   return {};
 }

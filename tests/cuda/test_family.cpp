@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/device.hpp"
 #include "cuda/family.hpp"
 #include "cuda/family_cases.hpp"
 #include "cuda/sm80/family.hpp"
@@ -150,6 +151,22 @@ TEST_SUITE("family") {
     size_t const bytes = split_workspace_bytes(p, 4);
     CHECK(bytes >= floats * 4);
     CHECK(bytes < floats * 4 + 256);
+  }
+
+  TEST_CASE("a forced num_splits whose grid would pass 2^31 - 1 blocks is refused, by name") {
+    // 2^25 (query block, head, sequence) blocks unsplit: one query block, 32 heads (no GQA to
+    // pack), 2^20 sequences; 64 splits make 2^31 of them, 63 fit.
+    for (KernelConfig const& k : {test::mma_sync_kernel(64, 128, 4), test::sm90_kernel(128, true)}) {
+      Problem p = test::dense_problem(int64_t(1) << 20, 1, 4096, 32, 32);
+      p.num_splits = 64;
+      std::string const why = cannot_run(k, p);
+      CHECK_MESSAGE(why.find("the grid of 33554432 thread blocks times fa_config.num_splits = 64 "
+                             "exceeds 2^31 - 1") != std::string::npos, why);
+      for (int splits : {63, 1, 0}) {
+        p.num_splits = splits;
+        CHECK_MESSAGE(cannot_run(k, p).empty(), splits, ": ", cannot_run(k, p));
+      }
+    }
   }
 }
 

@@ -180,8 +180,8 @@ void register_kernel(Registry& registry) {
   static_assert(C.dtype == DType::kE4M3 || e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes,
                 "config.hpp's e4m3 layout");
   static_assert(Narrow<TileOf<C>, kList>::valid(),
-                "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile, not the "
-                "tile's own, in ascending order of work");
+                "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile (its own "
+                "width the widest), in ascending order of work");
   registry.emplace(C, KernelEntry{C, &prepare_kernel<C, kList>, &kernel_attributes<C>,
                                   &kernel_occupancy<C>, &launch_kernel<C, kList>});
 }

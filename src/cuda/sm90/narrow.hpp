@@ -17,7 +17,7 @@ namespace fa::cuda::sm90 {
 // kernel's own width: the plain features with the column bounds for the dims past the other
 // pairs (56, 120, 184, 232-248 by default), which otherwise ran the general instantiation, on
 // an H200 5-9% under their share of the columns; with it 0.8-2.8% nearer their kernel's speed
-// (bf16; 5-9% predicted). Each is a further instantiation (kQkCols, kVCols) with the plain
+// (bf16; 4-10% predicted). Each is a further instantiation (kQkCols, kVCols) with the plain
 // one's features and the general one's column bounds; a problem with a narrower dim and a
 // general feature (transforms, sinks, splits) runs the general instantiation over the kernel's
 // own columns. With the general
@@ -43,7 +43,7 @@ template <class T, NarrowList kList>
 struct Narrow {
   static constexpr int kCount = T::kFp8 || T::kDv != T::kD ? 0 : kList.count;
   // The first pair that runs the problem's head dims (1-based), or 0: none does, or the tile
-  // takes none (the kernel's own dims, in the general instantiation where they are narrower).
+  // takes none (then the general instantiation runs them at the kernel's width).
   static constexpr int pick(int64_t head_dim, int64_t head_dim_v) {
     for (int i = 0; i < kCount; ++i) {
       if (kList.dims[i].fits(head_dim, head_dim_v)) return i + 1;
