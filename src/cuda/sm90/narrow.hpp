@@ -20,11 +20,10 @@ namespace fa::cuda::sm90 {
 // (bf16; 4-10% predicted). Each is a further instantiation (kQkCols, kVCols) with the plain
 // one's features and the general one's column bounds; a problem with a narrower dim and a
 // general feature (transforms, sinks, splits) runs the general instantiation over the kernel's
-// own columns. With the general
-// features the pairs ran at the same speed (0.98-1.01x, H200) in 4.1 MB more code (19.8
-// against 15.7 MB of a bf16 + e4m3 build's sm90 objects). An FP8 tile, and a d 192 kernel that
-// holds V in 128 columns (Tile::kDv), take none:
-// the latter runs 192 / 128 in its own instantiations.
+// own columns. With the general features the pairs ran at the same speed (0.98-1.01x, H200) in
+// 4.1 MB more code (19.8 against 15.7 MB of a bf16 + e4m3 build's sm90 objects). An FP8 tile,
+// and a d 192 kernel that holds V in 128 columns (Tile::kDv), take none: the latter runs
+// 192 / 128 in its own instantiations.
 struct NarrowDims {
   int qk_cols;  // a multiple of 16: wgmma's k16 step is the grain of S = Q K^T
   int v_cols;   // a multiple of 8: wgmma's N
