@@ -43,7 +43,7 @@ struct Params {
   // (head_group x n_q_blocks), head_group, the last group's pairs (head_group or fewer), heads_q;
   // last_group: the last group's index.
   FastDivmod split_div, group_tiles_div, group_div, last_group_div, heads_div;
-  int32_t last_group;
+  int32_t last_group = 0;
   // 1: a consumer warpgroup whose 64 rows all lie in its sequence writes them through the O
   // staging buffer with TMA (epilogue.cuh); 0 (no buffer, a split-KV run, or strides TMA cannot
   // describe): every thread stores its rows itself.

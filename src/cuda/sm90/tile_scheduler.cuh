@@ -27,8 +27,9 @@ struct Work {
 // kFast: the tile decoded by multiplies and shifts (fast_divmod.hpp; the divisors the
 // launcher's, in Params); false: by integer divisions, for the general instantiation's consumers,
 // where ptxas spilled with the fast decode (0 -> 36 bytes at d 128, 0 -> 12 on d 64's 192-row
-// tile; the plain consumers and every producer unchanged). Tiles are fewer than 2^31
-// (choice.cpp), the fast decode's domain.
+// tile; the plain consumers and every producer unchanged). Tiles, splits included, are fewer
+// than 2^31 (choice.cpp refuses a forced num_splits past it, choose_splits caps automatic
+// ones), the fast decode's domain.
 template <class T, bool kFast = true>
 __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   ForwardParams const& p = params.p;
