@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   for (int64_t round = 0; round < sched.rounds; ++round) {
     int64_t const tile = sched.tile(round);
     if (tile >= sched.n_tiles) break;
-    Work const w = work_of<T>(params, tile);
+    Work const w = work_of<T, !kGeneral>(params, tile);
     int const sq = w.seq.sq, sk = w.seq.sk;
     int64_t const row0 = int64_t(w.m_block) * T::kBr + wg * 64 + r0;
     RowFrame frame{row0 + sk - sq, int64_t(w.m_block) * T::kBr + wg * 64 + sk - sq, sk, lane, 0.f};

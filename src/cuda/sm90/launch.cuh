@@ -94,6 +94,14 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   using T = TileOf<C>;
   Params params;
   params.head_group = head_group(p, p.head_dim, C.persistent, grid.x);
+  int64_t const pairs = int64_t(p.heads_q) * p.batch;
+  int64_t const groups = (pairs + params.head_group - 1) / params.head_group;
+  params.split_div = FastDivmod::make(p.num_splits);
+  params.group_tiles_div = FastDivmod::make(params.head_group * p.n_q_blocks);
+  params.group_div = FastDivmod::make(params.head_group);
+  params.last_group_div = FastDivmod::make(pairs - (groups - 1) * params.head_group);
+  params.heads_div = FastDivmod::make(p.heads_q);
+  params.last_group = int32_t(groups - 1);
   // A varlen batch's maps span the packed rows (batch extent 1, tiles address rows from their
   // sequence's first); dense problems and contiguous caches span [batch, rows]; a paged cache's
   // K and V maps span its page pool [num_pages, page_size] in boxes of gcd(B_c, page_size) rows

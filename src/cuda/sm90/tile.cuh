@@ -11,6 +11,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/forward_params.hpp"
+#include "cuda/sm90/fast_divmod.hpp"
 #include "cuda/sm90/ptx_sm90.cuh"
 
 namespace fa::cuda::sm90 {
@@ -38,6 +39,11 @@ struct Params {
   // the group at one block before the next block. A group's K and V stay in L2 while its tiles
   // run (the launcher sizes it); 1 walks one head's query blocks at a time.
   int64_t head_group;
+  // work_of's divisors (fast_divmod.hpp; tile_scheduler.cuh): num_splits, a group's tiles
+  // (head_group x n_q_blocks), head_group, the last group's pairs (head_group or fewer), heads_q;
+  // last_group: the last group's index.
+  FastDivmod split_div, group_tiles_div, group_div, last_group_div, heads_div;
+  int32_t last_group = 0;
   // 1: a consumer warpgroup whose 64 rows all lie in its sequence writes them through the O
   // staging buffer with TMA (epilogue.cuh); 0 (no buffer, a split-KV run, or strides TMA cannot
   // describe): every thread stores its rows itself.

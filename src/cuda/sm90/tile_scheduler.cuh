@@ -24,23 +24,44 @@ struct Work {
   SequenceView seq;
 };
 
-template <class T>
+// kFast: the tile decoded by multiplies and shifts (fast_divmod.hpp; the divisors the
+// launcher's, in Params); false: by integer divisions, for the general instantiation's consumers,
+// where ptxas spilled with the fast decode (0 -> 36 bytes at d 128, 0 -> 12 on d 64's 192-row
+// tile; the plain consumers and every producer unchanged). Tiles, splits included, are fewer
+// than 2^31 (choice.cpp refuses a forced num_splits past it, choose_splits caps automatic
+// ones), the fast decode's domain.
+template <class T, bool kFast = true>
 __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
   ForwardParams const& p = params.p;
   // A query tile's splits are adjacent in the order: they read disjoint key blocks of one head.
   Work w;
-  w.split = int(tile % p.num_splits);
-  tile /= p.num_splits;
-  int64_t const pairs = int64_t(p.heads_q) * p.batch;
-  int64_t const group_tiles = params.head_group * p.n_q_blocks;
-  int64_t const group = tile / group_tiles;
-  int64_t const first_pair = group * params.head_group;
-  int64_t const size = min(params.head_group, pairs - first_pair);
-  int64_t const within = tile - group * group_tiles;
-  int64_t const pair = first_pair + within % size;
-  w.m_block = p.n_q_blocks - 1 - int(within / size);
-  w.head = int(pair % p.heads_q);
-  w.batch = int(pair / p.heads_q);
+  if constexpr (kFast) {
+    uint32_t t, split, group, within, row_block, in_group, batch, head;
+    params.split_div.divmod(uint32_t(tile), t, split);
+    params.group_tiles_div.divmod(t, group, within);
+    // The last group may hold fewer pairs.
+    FastDivmod const size_div =
+        int32_t(group) == params.last_group ? params.last_group_div : params.group_div;
+    size_div.divmod(within, row_block, in_group);
+    params.heads_div.divmod(group * uint32_t(params.head_group) + in_group, batch, head);
+    w.split = int(split);
+    w.m_block = p.n_q_blocks - 1 - int(row_block);
+    w.head = int(head);
+    w.batch = int(batch);
+  } else {
+    w.split = int(tile % p.num_splits);
+    tile /= p.num_splits;
+    int64_t const pairs = int64_t(p.heads_q) * p.batch;
+    int64_t const group_tiles = params.head_group * p.n_q_blocks;
+    int64_t const group = tile / group_tiles;
+    int64_t const first_pair = group * params.head_group;
+    int64_t const size = min(params.head_group, pairs - first_pair);
+    int64_t const within = tile - group * group_tiles;
+    int64_t const pair = first_pair + within % size;
+    w.m_block = p.n_q_blocks - 1 - int(within / size);
+    w.head = int(pair % p.heads_q);
+    w.batch = int(pair / p.heads_q);
+  }
   w.seq = sequence_view(p, p.layout, w.batch);
   w.map_batch = p.layout == kLayoutVarlen ? 0 : w.batch;
   int64_t const sq = w.seq.sq, sk = w.seq.sk;
