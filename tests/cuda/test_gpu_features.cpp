@@ -153,9 +153,8 @@ FeatureCase chunked_prefill(int dtype, int dim, int64_t keys, int64_t page) {
   return c;
 }
 
-// The kernel the library's choice plans for c (its data made with `seed`).
-fa_kernel_config planned_kernel(Gpu const& gpu, FeatureCase const& c, uint64_t seed) {
-  FeatureData d = fa_test::make_feature_data(c, seed);
+// The kernel the library's choice plans for d's problem.
+fa_kernel_config planned_kernel(Gpu const& gpu, FeatureData const& d) {
   fa_plan_t* plan = nullptr;
   REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
   fa_kernel_config k;
@@ -163,6 +162,11 @@ fa_kernel_config planned_kernel(Gpu const& gpu, FeatureCase const& c, uint64_t s
   REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
   fa_plan_destroy(plan);
   return k;
+}
+
+// The same for c (its data made with `seed`).
+fa_kernel_config planned_kernel(Gpu const& gpu, FeatureCase const& c, uint64_t seed) {
+  return planned_kernel(gpu, fa_test::make_feature_data(c, seed));
 }
 
 // Whether a registered sm90 kernel of this dtype and head dim satisfies `pred`.
@@ -505,16 +509,18 @@ TEST_CASE("every kernel runs head dims below its own with zero columns") {
     // 16 columns: narrow.hpp's Narrow, each at its width and 8 under it; a partial last
     // 64-column block), and half-way down (a whole block of zeros at d 192 and 256). Each dim
     // runs a problem without general features (on sm90: its narrow pair, or the general
-    // instantiation where none fits; dense or a chunked prefill on pages of 16, so a pair's two
-    // dims meet both) and one with them (splits, or ALiBi and sinks), in turn. A kernel holding
-    // V in fewer columns (d 192 with 128 keys: 128) takes value head dims up to those.
+    // instantiation where none fits; dense or a chunked prefill on a paged cache, so a pair's
+    // two dims meet both; pages of 16, read in TMA boxes, and of 3, gathered row by row by the
+    // producer warpgroup, in turn) and one with them (splits, or ALiBi and sinks), in turn. A
+    // kernel holding V in fewer columns (d 192 with 128 keys: 128) takes value head dims up to
+    // those.
     int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
     std::set<int64_t> dims{k.d_head / 2 + 8};
     for (int64_t d = std::max<int64_t>(8, k.d_head - 56); d < k.d_head; d += 8) dims.insert(d);
     for (int64_t d : dims) {
       std::vector<FeatureCase> const cases = head_dim_cases(k.dtype, d);
       FeatureCase paged = cases[1];
-      paged.page_size = 16;
+      paged.page_size = d / 16 % 2 == 0 ? 16 : 3;
       paged.heads_kv = 2;
       paged.sq = {64, 64};
       paged.sk = {700, 300};
@@ -652,12 +658,7 @@ std::string name_of(fa_kernel_config const& k) {
 // FA_STATUS_KERNEL_NOT_AVAILABLE); `found` counts the choice too.
 std::vector<fa_kernel_config> e4m3_kernels(Gpu const& gpu, FeatureData const& d, int dim,
                                            int* found) {
-  fa_plan_t* chosen_plan = nullptr;
-  REQUIRE(fa_plan_create(gpu.ctx, &d.config, &chosen_plan) == FA_STATUS_SUCCESS);
-  fa_kernel_config chosen;
-  fa_kernel_config_init(&chosen);
-  REQUIRE(fa_plan_kernel(chosen_plan, &chosen) == FA_STATUS_SUCCESS);
-  fa_plan_destroy(chosen_plan);
+  fa_kernel_config const chosen = planned_kernel(gpu, d);
   std::vector<fa_kernel_config> out;
   *found = 0;
   for (size_t i = 0; i < fa_kernel_count(); ++i) {
@@ -983,6 +984,27 @@ TEST_CASE("bf16 queries far outside fp16's range read an e4m3 cache exactly as i
   }
 }
 
+namespace {
+
+// A chunked prefill of 512 rows against `keys` keys of an e4m3 cache (contiguous, or in pages of
+// `page` rows), `dtype` queries, 8 / 2 heads, causal.
+FeatureCase e4m3_prefill(int dtype, int dim, int64_t keys, int64_t page) {
+  FeatureCase c;
+  c.dtype = dtype;
+  c.kv_dtype = FA_DTYPE_E4M3;
+  c.head_dim = dim;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
+  c.page_size = page;
+  c.sq = {512};
+  c.sk = {keys};
+  c.causal = true;
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the sm90 family") {
   // The table's picks for chunked prefill refuse e4m3 caches (not fp8_kv_tile kernels); its
   // fallback rows name mma.sync tiles, which the choice skips for them, so the largest runnable
@@ -993,35 +1015,24 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
   int checked = 0;
   bool built_small = false;
   for (auto [dtype, dim] : e4m3_shapes()) {
+    // Built: an sm90 kernel of this shape that reads e4m3 caches (rules::fp8_kv_tile's; a plan
+    // pinned to it is made for one of these problems), not just any sm90 kernel of it.
     bool built = false;
-    for (size_t i = 0; i < fa_kernel_count(); ++i) {
-      fa_kernel_config k;
-      fa_kernel_config_init(&k);
-      REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
-      built |= k.family == FA_FAMILY_SM90 && k.dtype == dtype && k.d_head == dim;
+    if (major == 9) {
+      FeatureData const probe = fa_test::make_feature_data(e4m3_prefill(dtype, dim, 512, 0), 5);
+      built = any_sm90_kernel(dtype, dim, [&](fa_kernel_config const& k) {
+        fa_plan_t* plan = nullptr;
+        if (fa_plan_create_with_kernel(gpu.ctx, &probe.config, &k, &plan) != FA_STATUS_SUCCESS)
+          return false;
+        fa_plan_destroy(plan);
+        return true;
+      });
     }
     built_small |= built && dim <= 128;
-    if (major != 9 || !built || dim > 128) continue;
+    if (!built || dim > 128) continue;
     for (int64_t keys : {512, 1024, 2048, 16384}) {
       for (int64_t page : {0, 16}) {
-        FeatureCase c;
-        c.dtype = dtype;
-        c.kv_dtype = FA_DTYPE_E4M3;
-        c.head_dim = dim;
-        c.heads_q = 8;
-        c.heads_kv = 2;
-        c.layout = page == 0 ? FA_LAYOUT_KV_CACHE : FA_LAYOUT_PAGED_KV;
-        c.page_size = page;
-        c.sq = {512};
-        c.sk = {keys};
-        c.causal = true;
-        FeatureData d = fa_test::make_feature_data(c, 5);
-        fa_plan_t* plan = nullptr;
-        REQUIRE(fa_plan_create(gpu.ctx, &d.config, &plan) == FA_STATUS_SUCCESS);
-        fa_kernel_config k;
-        fa_kernel_config_init(&k);
-        REQUIRE(fa_plan_kernel(plan, &k) == FA_STATUS_SUCCESS);
-        fa_plan_destroy(plan);
+        fa_kernel_config const k = planned_kernel(gpu, e4m3_prefill(dtype, dim, keys, page), 5);
         INFO("dtype " << dtype << " d " << dim << " keys " << keys << " page " << page << ": "
                       << name_of(k));
         CHECK(k.family == FA_FAMILY_SM90);
