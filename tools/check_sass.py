@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks the SASS of the sm90 forward kernels for what the source cannot show: that each
-overlapped kernel's softmax runs while its warpgroup's previous P V is on the tensor cores.
+overlapped kernel's softmax runs while its warpgroup's previous P V is on the tensor cores, and
+that the kernels of head dims up to 128 step their wgmma descriptors in uniform registers.
 
 In the key loop of an overlapped kernel (src/cuda/sm90/mainloop_mma.cuh) a warpgroup waits for
 block it + 1's Q K^T (`WARPGROUP.DEPBAR.LE gsb0, 0x1`), runs that block's softmax, then waits for
@@ -11,15 +12,23 @@ the same warpgroup's P V"). Here, per kernel and in address order, the `MUFU.EX2
 between a `0x1` wait and the next `0x0` wait are counted, and those after such a `0x0` wait
 before the next HGMMA; an overlapped kernel fails with fewer than B_c / 2 of them in the first
 place (a thread's share of one key block's exponentials; twice that where soft-capping's tanhf
-adds its own) or any in the second. Each kernel's stack frame (`cuobjdump -res-usage`: bytes of
-spills and local arrays) is reported beside it.
+adds its own) or any in the second.
+At d 64 and 128 the consumers build each block's descriptors once and step them by constants
+(mainloop_mma.cuh's Slot::kStepped), in uniform registers. ptxas may instead keep them in
+vector registers and move each into a uniform one (R2UR) before its HGMMA: a per-tile Q
+buffer address did that to every descriptor of the key loop, V's included, and ran d 64 at
+2k-16k 7% slower with no spill or test to show it (docs/performance.md, "a second Q buffer").
+Here every HGMMA but the first of its group (after WARPGROUP.ARRIVE) that an R2UR precedes
+since the previous HGMMA is counted; a kernel of d <= 128 fails with any (d 192 and 256 build a
+descriptor per step by design: counted, not failed). Each kernel's stack frame (`cuobjdump
+-res-usage`: bytes of spills and local arrays) is reported beside it.
 tests/tools/test_check_sass.py checks this reading on listings written in cuobjdump's format.
 
     python3 tools/check_sass.py build/libflashattn.so.0 [more libraries or cubins] [--csv FILE]
 
 cuobjdump (and the nvdisasm it runs) come from FA_CUOBJDUMP, PATH, or the CUDA Toolkit of the
-nvcc on PATH; the exit status is 0 when every overlapped kernel passes, 1 when one fails, 2 when
-no sm90 forward kernel or no cuobjdump was found.
+nvcc on PATH; the exit status is 0 when every kernel passes both checks, 1 when one fails, 2
+when no sm90 forward kernel or no cuobjdump was found.
 """
 
 import argparse
@@ -63,6 +72,7 @@ def describe(match):
         "general" if general == "1" else "plain"
     rows = 64 * int(consumers)
     return {
+        "d": int(d),
         "kernel": "(%s, %s, %d, %s, %d): %s" % (DTYPES.get(dt, "dtype" + dt).upper(), d, rows, bc,
                                                 4 * (int(consumers) + 1), "+".join(knobs)),
         "variant": variant,
@@ -110,6 +120,24 @@ def overlap_counts(lines):
     return spans, after
 
 
+def descriptor_moves(lines):
+    """The HGMMAs, past the first of each group (a group starts at WARPGROUP.ARRIVE), and how
+    many of them an R2UR precedes since the previous HGMMA: (moved, counted)."""
+    moved = counted = 0
+    first, r2ur = True, False
+    for line in lines:
+        if "WARPGROUP.ARRIVE" in line:
+            first, r2ur = True, False
+        elif "R2UR" in line:
+            r2ur = True
+        elif "HGMMA" in line:
+            if not first:
+                counted += 1
+                moved += r2ur
+            first, r2ur = False, False
+    return moved, counted
+
+
 def expected_under(row):
     """The fewest MUFU.EX2 an overlapped kernel's key loop has between its two waits: a thread's
     B_c / 2 exponentials of the softmax, and in the instantiations with score transforms
@@ -132,8 +160,11 @@ def kernel_rows(sass, frames):
         row["exp_under_pv"] = min(spans) if spans else 0
         row["exp_after_pv"] = after
         row["stack_bytes"] = frames.get(name, -1)
-        row["ok"] = not row["overlap"] or (row["exp_under_pv"] >= expected_under(row) and
-                                           after == 0)
+        row["hgmma_r2ur"], _ = descriptor_moves(body)
+        row["softmax_ok"] = not row["overlap"] or (row["exp_under_pv"] >= expected_under(row) and
+                                                   after == 0)
+        row["uniform_ok"] = row["d"] > 128 or row["hgmma_r2ur"] == 0
+        row["ok"] = row["softmax_ok"] and row["uniform_ok"]
         rows.append(row)
 
     for line in sass.splitlines():
@@ -181,21 +212,23 @@ def main():
         print("check_sass: no sm90 forward kernel in " + ", ".join(args.files), file=sys.stderr)
         return 2
     fields = ["file", "kernel", "variant", "transforms", "overlap", "b_c", "exp_under_pv",
-              "exp_after_pv", "stack_bytes", "ok"]
+              "exp_after_pv", "hgmma_r2ur", "stack_bytes", "ok"]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
+            w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
-    bad = [r for r in rows if not r["ok"]]
     for r in rows:
-        print("%-4s %-70s %-7s MUFU.EX2 under / after P V %4s %4s  stack %4d B" % (
-            "ok" if r["ok"] else "FAIL", r["kernel"], r["variant"],
-            r["exp_under_pv"] if r["overlap"] else "-", r["exp_after_pv"] if r["overlap"] else "-",
-            r["stack_bytes"]))
-    print("%d sm90 forward kernels, %d overlapped; %d with the softmax not under P V" % (
-        len(rows), sum(r["overlap"] for r in rows), len(bad)))
-    return 1 if bad else 0
+        print("%-4s %-70s %-7s MUFU.EX2 under / after P V %4s %4s  HGMMA after R2UR %3d  "
+              "stack %4d B" % (
+                  "ok" if r["ok"] else "FAIL", r["kernel"], r["variant"],
+                  r["exp_under_pv"] if r["overlap"] else "-",
+                  r["exp_after_pv"] if r["overlap"] else "-", r["hgmma_r2ur"], r["stack_bytes"]))
+    print("%d sm90 forward kernels, %d overlapped; %d with the softmax not under P V, %d of d <= "
+          "128 with descriptors moved into uniform registers per HGMMA" % (
+              len(rows), sum(r["overlap"] for r in rows),
+              sum(not r["softmax_ok"] for r in rows), sum(not r["uniform_ok"] for r in rows)))
+    return 0 if all(r["ok"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -86,8 +86,9 @@ if want build; then
     grep 'bytes spill' "$logs/build.log" | sort | uniq -c | head -n 20
   fi
 fi
-# Each overlapped sm90 kernel's softmax between its two waits, and every kernel's stack frame
-# (tools/check_sass.py; the toolkit's cuobjdump).
+# Each overlapped sm90 kernel's softmax between its two waits, the d <= 128 kernels' wgmma
+# descriptors in uniform registers, and every kernel's stack frame (tools/check_sass.py; the
+# toolkit's cuobjdump).
 step sass python3 tools/check_sass.py "$build/libflashattn.so.0" --csv "$out/sass.csv"
 step ctest ctest --test-dir "$build" --output-on-failure -LE "gpu|sass"
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/check_sass.py's reading of SASS, on listings written here in cuobjdump's format (so it
-runs without cuobjdump or a GPU): the key-loop shapes it must pass and the ones it must fail, and
-the command line with --csv over a stand-in cuobjdump."""
+runs without cuobjdump or a GPU): the key-loop shapes it must pass and the ones it must fail (the
+softmax's place, descriptors moved into uniform registers per HGMMA), and the command line with
+--csv over a stand-in cuobjdump."""
 
 import csv
 import importlib.util
@@ -111,6 +112,23 @@ class KernelRows(unittest.TestCase):
         self.assertEqual(rows[1]["kernel"],
                          "(FP16, 128, 128, 192, 12): sm90+stages_2+overlap+pingpong+persistent")
         self.assertTrue(all(r["ok"] for r in rows))
+
+    def test_descriptors_moved_per_hgmma_fail_at_d_128(self):
+        # The second Q buffer's first forms: an R2UR (descriptor into a uniform register) before
+        # every HGMMA of the key loop but the first of each group.
+        arrive, r2ur = "WARPGROUP.ARRIVE", "R2UR UR18, R16"
+        moved = [arrive, r2ur, QK, r2ur, QK, "IADD3 R16, R16, 0x2, RZ", r2ur, QK]
+        (bad,) = self.rows([(mangled(), moved + loop(66, 0))])
+        self.assertFalse(bad["ok"])
+        self.assertEqual(bad["hgmma_r2ur"], 2)
+        # Before a group's first HGMMA (its descriptors built for the block) it is not counted.
+        (good,) = self.rows([(mangled(), [arrive, r2ur, QK, QK, QK] + loop(66, 0))])
+        self.assertTrue(good["ok"])
+        self.assertEqual(good["hgmma_r2ur"], 0)
+        # d 256 builds a descriptor per step by design: counted, not failed.
+        (wide,) = self.rows([(mangled(d=256, b_c=80), moved + loop(40, 0))])
+        self.assertTrue(wide["ok"])
+        self.assertEqual(wide["hgmma_r2ur"], 2)
 
     def test_stack_frames_from_res_usage(self):
         name = mangled()
