@@ -16,8 +16,9 @@ adds its own) or any in the second.
 At d 64 and 128 the consumers build each block's descriptors once and step them by constants
 (mainloop_mma.cuh's Slot::kStepped), in uniform registers. ptxas may instead keep them in
 vector registers and move each into a uniform one (R2UR) before its HGMMA: a per-tile Q
-buffer address did that to every descriptor of the key loop, V's included, and ran d 64 at
-2k-16k 7% slower with no spill or test to show it (docs/performance.md, "a second Q buffer").
+buffer address did that to most descriptors of the key loop, V's included, and ran d 64 at
+2k-16k 5-7.5% slower with no spill or test to show it (docs/performance.md, "a second Q
+buffer").
 Here every HGMMA but the first of its group (after WARPGROUP.ARRIVE) that an R2UR precedes
 since the previous HGMMA is counted; a kernel of d <= 128 fails with any (d 192 and 256 build a
 descriptor per step by design: counted, not failed). Each kernel's stack frame (`cuobjdump
@@ -160,7 +161,7 @@ def kernel_rows(sass, frames):
         row["exp_under_pv"] = min(spans) if spans else 0
         row["exp_after_pv"] = after
         row["stack_bytes"] = frames.get(name, -1)
-        row["hgmma_r2ur"], _ = descriptor_moves(body)
+        row["hgmma_r2ur"], row["hgmma_counted"] = descriptor_moves(body)
         row["softmax_ok"] = not row["overlap"] or (row["exp_under_pv"] >= expected_under(row) and
                                                    after == 0)
         row["uniform_ok"] = row["d"] > 128 or row["hgmma_r2ur"] == 0
@@ -212,18 +213,19 @@ def main():
         print("check_sass: no sm90 forward kernel in " + ", ".join(args.files), file=sys.stderr)
         return 2
     fields = ["file", "kernel", "variant", "transforms", "overlap", "b_c", "exp_under_pv",
-              "exp_after_pv", "hgmma_r2ur", "stack_bytes", "ok"]
+              "exp_after_pv", "hgmma_r2ur", "hgmma_counted", "stack_bytes", "ok"]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
     for r in rows:
-        print("%-4s %-70s %-7s MUFU.EX2 under / after P V %4s %4s  HGMMA after R2UR %3d  "
+        print("%-4s %-70s %-7s MUFU.EX2 under / after P V %4s %4s  HGMMA after R2UR %3d of %3d  "
               "stack %4d B" % (
                   "ok" if r["ok"] else "FAIL", r["kernel"], r["variant"],
                   r["exp_under_pv"] if r["overlap"] else "-",
-                  r["exp_after_pv"] if r["overlap"] else "-", r["hgmma_r2ur"], r["stack_bytes"]))
+                  r["exp_after_pv"] if r["overlap"] else "-", r["hgmma_r2ur"],
+                  r["hgmma_counted"], r["stack_bytes"]))
     print("%d sm90 forward kernels, %d overlapped; %d with the softmax not under P V, %d of d <= "
           "128 with descriptors moved into uniform registers per HGMMA" % (
               len(rows), sum(r["overlap"] for r in rows),

@@ -121,6 +121,7 @@ class KernelRows(unittest.TestCase):
         (bad,) = self.rows([(mangled(), moved + loop(66, 0))])
         self.assertFalse(bad["ok"])
         self.assertEqual(bad["hgmma_r2ur"], 2)
+        self.assertEqual(bad["hgmma_counted"], 2 + 3)  # the group's last two, the loop's three
         # Before a group's first HGMMA (its descriptors built for the block) it is not counted.
         (good,) = self.rows([(mangled(), [arrive, r2ur, QK, QK, QK] + loop(66, 0))])
         self.assertTrue(good["ok"])
