@@ -125,13 +125,14 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   constexpr bool kFp8 = kMma == DType::kE4M3;
   static_assert(kFp8 == T::kFp8, "e4m3 products on an FP8 tile");
   constexpr bool kStepped = Slot<T>::kStepped;
-  // A narrow pair's S = Q K^T in a ping-pong kernel is issued last k16 step first. In step
-  // order ptxas kept the slot's stage, and so every K and V descriptor, in vector registers,
-  // with an R2UR before 15 of the 20-26 HGMMAs past each group's first (d 128's pairs 80, 96,
-  // 112 at 2 and 3 stages; 23 of 30-34 in the 192-key kernel; tools/check_sass.py), as cost
-  // the plain d 64 kernel 5-7.5% when it happened there; reversed, none. Other kernels keep the
-  // order: there it moved d 128's 112-column pair from no spill to 16 bytes.
-  constexpr bool kReversed = !kFp8 && T::kPingpong && kQkSteps < T::kQkSteps;
+  // A narrow pair of a d 128 ping-pong kernel (80, 96, 112 columns) issues S = Q K^T last k16
+  // step first. In step order ptxas kept the slot's stage, and so every K and V descriptor, in
+  // vector registers, with an R2UR before 15 of the 20-26 HGMMAs past each group's first (23 of
+  // 30-34 in the 192-key kernel; tools/check_sass.py); reversed, none, and d 72-112 without a
+  // mask at 4k-16k ran 1.01-1.09x (H200). Elsewhere the order stays: d 64's pairs had no R2UR
+  // and ran 0.98-1.00x reversed, d 200-224's 0.98-1.00x, and d 128's 112-column pair in the
+  // persistent kernel spilled 16 bytes.
+  constexpr bool kReversed = !kFp8 && T::kD == 128 && T::kPingpong && kQkSteps < T::kQkSteps;
   // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
     return kStepped ? built + offset / 16 : make_desc_sw128(base + offset, lbo, 1024);
