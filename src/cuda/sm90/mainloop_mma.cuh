@@ -125,6 +125,16 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   constexpr bool kFp8 = kMma == DType::kE4M3;
   static_assert(kFp8 == T::kFp8, "e4m3 products on an FP8 tile");
   constexpr bool kStepped = Slot<T>::kStepped;
+  // A narrow pair of a d 128 ping-pong kernel (80, 96, 112 columns) issues S = Q K^T last k16
+  // step first. In step order ptxas kept the slot's stage, and so every K and V descriptor, in
+  // vector registers, with an R2UR before 15 of the 20-26 HGMMAs past each group's first (23 of
+  // 30-34 in the 192-key kernel; tools/check_sass.py); reversed, none, and d 72-112 without a
+  // mask at 4k-16k ran 1.01-1.09x (H200). Elsewhere the order stays: d 64's pairs had no R2UR
+  // and ran 0.98-1.01x reversed, d 200-224's 0.98-1.01x, and d 128's 112-column pair in the
+  // persistent kernel without ping-pong spilled 16 bytes (none in step order). bf16 only so far: fp16's pairs have the same SASS
+  // finding but have not yet run reversed through the GPU tests.
+  constexpr bool kReversed = T::kType == DType::kBF16 && T::kD == 128 && T::kPingpong &&
+                             kQkSteps < T::kQkSteps;
   // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
     return kStepped ? built + offset / 16 : make_desc_sw128(base + offset, lbo, 1024);
@@ -158,17 +168,18 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     mbar_wait(&sm.k_full[slot.stage], slot.phase);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kQkSteps; ++kk) {
+    for (int jj = 0; jj < kQkSteps; ++jj) {
+      int const kk = kReversed ? kQkSteps - 1 - jj : jj;
       uint64_t const da = desc(qd, q_base, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
       uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
       if constexpr (kFp8) {
         if (kk < kQRegSteps) {
-          Wgmma<kMma, T::kBc, Operands::kRS, 0>::run(sc, qa[kk], db, kk > 0);
+          Wgmma<kMma, T::kBc, Operands::kRS, 0>::run(sc, qa[kk], db, jj > 0);
         } else {
-          Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
+          Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, jj > 0);
         }
       } else {
-        Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, kk > 0);
+        Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, jj > 0);
       }
     }
     wgmma_commit();
