@@ -101,27 +101,38 @@ def stack_frames(res_usage):
     return frames
 
 
+# A store of O (stmatrix, a TMA store, or a thread's global store): the tile's epilogue.
+EPILOGUE_STORE = re.compile(r"\b(STSM|UTMASTG|STG)\b")
+
+
 def overlap_counts(lines):
     """In address order: the MUFU.EX2 count between each 0x1 wait and the next 0x0 wait, and the
-    MUFU.EX2 count after such a closing 0x0 wait before the next HGMMA or 0x1 wait (the key loop
-    runs its softmax there when the wait for P V has been moved above it)."""
-    spans, after, inside, closed, n = [], 0, False, False, 0
+    MUFU.EX2 count after such a closing 0x0 wait up to the next HGMMA or 0x1 wait (the key loop
+    runs its softmax there when the wait for P V has been moved above it). Exponentials followed
+    by a store of O before that are the epilogue's (an attention sink's terms after the last
+    P V: the FP8 tile's general instantiation lays them out right after the loop's wait) and
+    are not counted."""
+    spans, after, inside, closed, n, pending = [], 0, False, False, 0, 0
     for line in lines:
         w = WAIT.search(line)
         if w:
             if w.group(1) == "1":
-                inside, closed, n = True, False, 0
+                after += pending
+                inside, closed, n, pending = True, False, 0, 0
             elif inside:
                 spans.append(n)
                 inside, closed = False, True
         elif "HGMMA" in line:
-            closed = False
+            after += pending
+            closed, pending = False, 0
+        elif closed and EPILOGUE_STORE.search(line):
+            closed, pending = False, 0
         elif "MUFU.EX2" in line:
             if inside:
                 n += 1
             elif closed:
-                after += 1
-    return spans, after
+                pending += 1
+    return spans, after + pending
 
 
 def descriptor_moves(lines):

@@ -74,6 +74,22 @@ class KernelRows(unittest.TestCase):
         self.assertEqual(row["exp_under_pv"], 0)
         self.assertEqual(row["exp_after_pv"], 66)
 
+    def test_epilogue_exponentials_after_the_loops_wait_pass(self):
+        # An FP8 general kernel's layout: after the loop's closing wait, a sink's two
+        # exponentials, then O's stores, then the next tile's Q K^T.
+        body = loop(128, 0)[:-2] + ["FADD R0, R24, -R11", EXP, EXP, "STSM.16.M88.4 [R3], R4",
+                                   "UTMASTG.4D [UR8], [UR4]", QK]
+        row = self.rows([(mangled(general=1), body)])[0]
+        self.assertEqual(row["exp_after_pv"], 0)
+        self.assertTrue(row["ok"])
+
+    def test_exponentials_before_a_store_still_count_when_an_issue_comes_first(self):
+        # The hoisted wait's softmax, then the next issue, then (later) a store: counted.
+        body = loop(0, 64) + ["STG.E.128 [R2.64], R4"]
+        row = self.rows([(mangled(), body)])[0]
+        self.assertEqual(row["exp_after_pv"], 64)
+        self.assertFalse(row["ok"])
+
     def test_tanh_exponentials_alone_do_not_pass_a_general_kernel(self):
         # 0e61fba's general kernels: soft-capping's B_c / 2 tanh exponentials between the waits,
         # the softmax's after the second one; with the softmax moved up, both between.
