@@ -132,7 +132,7 @@ step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attent
   --seqlen-per-rank 16384 --iters 3
 # ring_py (by name only): the torch.distributed script as one rank under torchrun.
 step ring_py env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
-  PYTHONPATH="$PWD/bindings/python" python3 -m torch.distributed.run --standalone \
+  PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m torch.distributed.run --standalone \
   --nproc-per-node 1 examples/context_parallel/ring_attention.py --seqlen-per-rank 16384 --iters 3
 for tool in memcheck racecheck; do
   step "context_parallel_$tool" compute-sanitizer --tool "$tool" --error-exitcode 3 \
@@ -159,7 +159,7 @@ ring_ranks() {
 export -f ring_ranks
 step ring_nccl bash -c 'rc=0; for n in $FA_CP_SEQLENS; do ring_ranks "$n" || rc=1; done; exit $rc'
 step ring_nccl_py env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
-  PYTHONPATH="$PWD/bindings/python" bash -c 'rc=0; for n in $FA_CP_SEQLENS; do
+  PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}" bash -c 'rc=0; for n in $FA_CP_SEQLENS; do
     python3 -m torch.distributed.run --standalone --nproc-per-node "$FA_CP_GPUS" \
       examples/context_parallel/ring_attention.py --seqlen-per-rank "$n" --iters 5 || rc=1; done
     exit $rc'
@@ -185,15 +185,17 @@ for tool in memcheck racecheck synccheck; do
     --error-exitcode 3 "$build/tests/flashattn_gpu_tests" --test-case="every sm90 kernel reads paged*"
 done
 step python_gpu env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
-  PYTHONPATH="$PWD/bindings/python" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
+  PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 # The Rust example is built where cargo is (the GPU machine may have none) and carried in .deps/bin:
 #   cargo build --release --manifest-path bindings/rust/Cargo.toml --example device_forward
 if [ -x .deps/bin/device_forward ]; then
   step rust_device env LD_LIBRARY_PATH="$PWD/$build" .deps/bin/device_forward
 fi
 # The FA-paper grid beside FlashAttention-4 (where installed: ../shared/tools/fa4-baseline), cuDNN
-# and FA2, bf16 and fp16, back-to-back timing.
-step compare env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" PYTHONPATH="$PWD/bindings/python" \
+# and FA2, bf16 and fp16, back-to-back timing. PYTHONPATH keeps what the FA4 install sourced before
+# this script set (its site folder): replaced, FA4 was "not importable" and left out.
+step compare env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
+  PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" --out "$out/compare" \
   --dtype bf16,fp16
 # The other commit's library: carried in .deps/before, or built above into build-before (which a
@@ -228,7 +230,7 @@ step chunked_prefill sh -c "for shape in '4 512 8192,32768' '4 2048 16384' '16 2
 step varlen "$build/bench/decode_bench" varlen
 step copy "$build/bench/decode_bench" copy
 step python_overhead env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
-  PYTHONPATH="$PWD/bindings/python" python3 tools/bench_python_overhead.py
+  PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}" python3 tools/bench_python_overhead.py
 grep -H -i -E "spill" "$logs/build.log" | sort | uniq -c | head -n 20
 grep -H -E "random seed|test cases|assertions|ERROR SUMMARY|RACECHECK SUMMARY|kernels checked|feature cases|Geometric|ratio|copy," \
   "$logs"/*.log

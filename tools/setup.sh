@@ -80,6 +80,34 @@ else
        "the toolkit and put its bin/ on PATH for the GPU kernels"
 fi
 
+# The sm90_sass test (tools/check_sass.py) reads the kernels' SASS with cuobjdump and the nvdisasm
+# it runs, which some packagings of the toolkit leave out (CI's: nvcc, ptxas and fatbinary only).
+# NVIDIA publishes both on PyPI as wheels; unpacked into build-tools/ (not installed), they are
+# named to CMake through FA_CUOBJDUMP (tools/run_tests.sh). Without them the test is not
+# registered, which CMake says.
+fa_cuobjdump_version=13.5.37
+if [[ $fa_setup_level == test && -n ${fa_nvcc:-} ]] && ! command -v cuobjdump >/dev/null &&
+   [[ ! -x $(dirname "$(readlink -f "$fa_nvcc")")/cuobjdump ]]; then
+  fa_tools="$PWD/build-tools/cuobjdump-$fa_cuobjdump_version"
+  if [[ ! -x $fa_tools/nvidia/cu13/bin/cuobjdump ]]; then
+    echo "setup: fetching cuobjdump and nvdisasm $fa_cuobjdump_version (PyPI, NVIDIA's wheels):" \
+         "the sm90_sass test reads the kernels' SASS with them and this toolkit lacks them"
+    if python3 -m pip download -q --no-deps --only-binary=:all: -d "$fa_tools/wheels" \
+         "nvidia-cuda-cuobjdump==$fa_cuobjdump_version" "nvidia-cuda-nvdisasm==$fa_cuobjdump_version"; then
+      python3 - "$fa_tools" <<'PY'
+import glob, os, sys, zipfile
+for wheel in glob.glob(os.path.join(sys.argv[1], "wheels", "*.whl")):
+    zipfile.ZipFile(wheel).extractall(sys.argv[1])
+for tool in glob.glob(os.path.join(sys.argv[1], "nvidia", "cu13", "bin", "*")):
+    os.chmod(tool, 0o755)  # zip entries keep no mode here
+PY
+    else
+      echo "setup: could not fetch them (offline?): the sm90_sass test will not be registered"
+    fi
+  fi
+  [[ -x $fa_tools/nvidia/cu13/bin/cuobjdump ]] && export FA_CUOBJDUMP="$fa_tools/nvidia/cu13/bin/cuobjdump"
+fi
+
 FA_PYTHON=python3
 if [[ $fa_setup_level == test ]]; then
   fa_pip=()

@@ -117,6 +117,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   int64_t const heads_kv = p.heads_q / p.q_heads_per_kv;
   params.kv_box_rows = paged ? int32_t(page_box_rows(C.B_c, p.page_size)) : C.B_c;
   params.kv_gather = paged && gathers_pages(C.B_c, p.page_size) ? 1 : 0;  // config.hpp
+  params.page_div = FastDivmod::make(paged ? p.page_size : 1);
   // An e4m3 cache (family.cpp admits it on fp8_kv_tile kernels, never gathered) is read as
   // bytes in boxes of whole rows (kD bytes) into the e4m3 stages (tile.cuh).
   // An FP8 kernel reads Q and K in swizzled boxes of 128 columns (128 bytes, as the 16-bit

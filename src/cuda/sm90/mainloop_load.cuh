@@ -43,6 +43,16 @@ constexpr int gather_chunks_per_thread() {
   return 1;
 }
 
+// The producer thread's index (0-127: the producer warpgroup is the block's first), read afresh
+// by a volatile move from %tid.x, so that what the gather derives from it (lane, warp, chunk,
+// row, swizzle) is recomputed where it is used instead of being held across the key loop in the
+// producer's 24 or 40 registers.
+__device__ __forceinline__ int producer_thread() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return int(t);
+}
+
 // The K and V blocks of one tile gathered from a paged cache by the 128 producer threads: each
 // copies 1 to 4 16-byte chunks of a row per pass (gather_chunks_per_thread), rows past the
 // sequence's keys as zeros (so the table's padding is never followed and no stale value reaches
@@ -61,9 +71,10 @@ constexpr int gather_chunks_per_thread() {
 // signalled before the tile ends (the consumers release Q only after it, and the next tile's Q
 // waits for that).
 template <class T, bool kBounded>
-__device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const& sm, Work const& w,
-                                          int kv_head, int64_t pipe, int ptid) {
+__device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& sm, Work const& w,
+                                          int kv_head, int64_t pipe) {
   using Elem = typename T::Elem;
+  ForwardParams const& p = params.p;
   // 16-byte chunks of a row per pass, kGroups passes over the block's columns.
   constexpr int kChunks = gather_row_chunks<T>();
   constexpr int kGroups = T::kD / 8 / kChunks;     // K's
@@ -85,26 +96,15 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
   constexpr int kSlots = (kWarpList + 31) / 32;   // rows a lane looks up per block
   static_assert(T::kBc % kRowsPerPass == 0 && 32 % kWarpRows == 0, "gather: rows per pass");
   static_assert(kSlots <= 2, "gather: a lane looks up at most two rows per block");
-  int const lane = ptid % 32, warp = ptid / 32;
-  // This thread's first chunk of a row, and its row in its warp's pass. Its kPerThread chunks
-  // are kRowThreads apart (chunk, chunk + kRowThreads, ...), so one copy instruction of the
-  // kRowThreads threads of a row covers kRowThreads adjacent chunks: whole 32-byte sectors where
-  // rows start on 32 bytes. (With each thread's chunks adjacent, one instruction's 16-byte
-  // pieces lay 16 * kPerThread bytes apart and every sector was fetched from L2 twice, by two
-  // instructions: page 1 ran 1.05-1.20x slower at d 128 and d 256 on the H200.)
-  int const chunk = ptid % kRowThreads, sub = lane / kRowThreads;
-  // The first chunk's place in a stage: its 64-column block, then its 16-byte unit within the
-  // row (chunk j adds j * kRowThreads chunks, group g adds g * kChunks: whole 64-column blocks).
-  uint32_t const col = uint32_t(chunk / 8) * T::kBc * 128;
-  uint32_t const unit = chunk % 8;
-  int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
-  Elem const* const k_base = static_cast<Elem const*>(p.k) + int64_t(kv_head) * p.k_head_stride + chunk * 8;
-  Elem const* const v_base = static_cast<Elem const*>(p.v) + int64_t(kv_head) * p.v_head_stride + chunk * 8;
   // This lane's rows of key block n: entry `slot` is the warp's row index slot * 32 + lane, pass
   // idx / kWarpRows, row warp * kWarpRows + idx % kWarpRows + pass * kRowsPerPass of the block;
-  // page -1 marks a row past the keys.
+  // page -1 marks a row past the keys. The table's row and the page's by the launcher's
+  // divisor (Params::page_div).
   int page[kSlots], row[kSlots];
   auto look_up = [&](int n) {
+    int const ptid = producer_thread();
+    int const lane = ptid % 32, warp = ptid / 32;
+    int32_t const* const table = p.block_table + int64_t(w.batch) * p.max_pages_per_seq;
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
       int const idx = slot * 32 + lane;
@@ -113,36 +113,54 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
       page[slot] = -1;
       row[slot] = 0;
       if (idx < kWarpList && key < w.seq.sk) {
-        page[slot] = min(max(__ldg(table + key / p.page_size), 0), p.num_pages - 1);
-        row[slot] = key % p.page_size;
+        uint32_t entry, in_page;
+        params.page_div.divmod(uint32_t(key), entry, in_page);
+        page[slot] = min(max(__ldg(table + entry), 0), p.num_pages - 1);
+        row[slot] = int(in_page);
       }
     }
   };
-  // This thread's row at pass i is r0 + i * kRowsPerPass, so its destination advances by a
-  // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out, the
-  // compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes and
-  // spilling them to local memory under the producer's 24 registers of then (ptxas did, 152
-  // bytes: one local load per pass in the loop). Chunk j of the thread's kPerThread sits
-  // j * kRowThreads / 8 blocks on, at unit + j * kRowThreads % 8, whose swizzled place is the
-  // first's XOR that (below 8, kRowThreads is a power of two above unit).
-  int const r0 = warp * kWarpRows + sub;
-  uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
-                               (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
-  // Key block n of K or V (base: this thread's chunk of the head's row 0 of page 0) into `dst`,
-  // from the pages in `pg` and `rw` (the lanes' look-ups of block n), `groups` passes of kChunks
-  // columns. A chunk at or past `cols` (the tensor's head dim: below the kernel's in the bounded
+  // Key block n of K or V (`tensor` and its strides) into the stage at `dst`, from the pages in
+  // page[] and row[] (the lanes' look-ups of block n), `groups` passes of kChunks columns. A
+  // chunk at or past `cols` (the tensor's head dim: below the kernel's in the bounded
   // instantiations only, the general one and the narrow pairs: kernel.cuh) is zero-filled,
   // never read.
-  auto gather = [&](Elem const* base, int64_t page_stride, int64_t row_stride, uint32_t dst,
-                    int const(&pg)[kSlots], int const(&rw)[kSlots], int cols, int groups) {
-    dst += uint32_t(r0) * 128;
+  auto gather = [&](void const* tensor, int64_t head_stride, int64_t page_stride,
+                    int64_t row_stride, uint32_t dst, int cols, int groups) {
+    int const ptid = producer_thread();
+    int const lane = ptid % 32, warp = ptid / 32;
+    // This thread's first chunk of a row, and its row in its warp's pass. Its kPerThread chunks
+    // are kRowThreads apart (chunk, chunk + kRowThreads, ...), so one copy instruction of the
+    // kRowThreads threads of a row covers kRowThreads adjacent chunks: whole 32-byte sectors
+    // where rows start on 32 bytes. (With each thread's chunks adjacent, one instruction's
+    // 16-byte pieces lay 16 * kPerThread bytes apart and every sector was fetched from L2 twice,
+    // by two instructions: page 1 ran 1.05-1.20x slower at d 128 and d 256 on the H200.)
+    int const chunk = ptid % kRowThreads, sub = lane / kRowThreads;
+    // The first chunk's place in a stage: its 64-column block, then its 16-byte unit within the
+    // row (chunk j adds j * kRowThreads chunks, group g adds g * kChunks: whole 64-column
+    // blocks).
+    uint32_t const unit = chunk % 8;
+    // This thread's row at pass i is r0 + i * kRowsPerPass, so its destination advances by a
+    // constant and its swizzled unit (unit ^ (r & 7)) takes at most two values: written out,
+    // the compiler keeps them in registers rather than precomputing 16 offsets and shuffle lanes
+    // and spilling them to local memory under the producer's 24 registers of then (ptxas did,
+    // 152 bytes: one local load per pass in the loop). Chunk j of the thread's kPerThread sits
+    // j * kRowThreads / 8 blocks on, at unit + j * kRowThreads % 8, whose swizzled place is the
+    // first's XOR that (below 8, kRowThreads is a power of two above unit).
+    int const r0 = warp * kWarpRows + sub;
+    uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
+                                 (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
+    // This thread's chunk of the head's row 0 of page 0.
+    Elem const* const base =
+        static_cast<Elem const*>(tensor) + int64_t(kv_head) * head_stride + chunk * 8;
+    dst += uint32_t(chunk / 8) * T::kBc * 128 + uint32_t(r0) * 128;
     // Each lane turns its rows' pages into element offsets once per block (-1: past the keys),
     // so a pass shuffles two words and adds, rather than multiplying 64-bit strides per copy
     // (10 of the 27 instructions a copy took).
     int64_t off[kSlots];
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
-      off[slot] = pg[slot] >= 0 ? pg[slot] * page_stride + rw[slot] * row_stride : -1;
+      off[slot] = page[slot] >= 0 ? page[slot] * page_stride + row[slot] * row_stride : -1;
     }
     // Not unrolled: d 192's three groups unrolled kept three sets of addresses live in the
     // producer's 24 registers of then (ptxas: 348-412 bytes of spills at 112 keys, 100-160
@@ -188,31 +206,26 @@ __device__ __forceinline__ void gather_kv(ForwardParams const& p, Smem<T> const&
     fence_proxy_async_shared();
     mbar_arrive(full);
   };
-  int cur_page[kSlots], cur_row[kSlots];
   if (w.n_blocks > 0) look_up(w.n_begin + w.n_blocks - 1);
   int pending_v = -1;  // the stage whose V copies are in flight, not yet signalled
   for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
     int const n = w.n_begin + w.n_blocks - 1 - it;
     int const s = int(pipe % T::kStages);
     uint32_t const phase = (pipe / T::kStages) & 1;
-#pragma unroll
-    for (int slot = 0; slot < kSlots; ++slot) {
-      cur_page[slot] = page[slot];
-      cur_row[slot] = row[slot];
-    }
     mbar_wait(&sm.k_empty[s], phase ^ 1);
-    gather(k_base, p.k_batch_stride, p.k_seq_stride,
-           smem_addr(sm.k_tiles + s * T::kKVBytes) + col, cur_page, cur_row, p.head_dim, kGroups);
-    // The next block's pages load while this block's copies run and the V stage frees.
-    if (it + 1 < w.n_blocks) look_up(n - 1);
+    gather(p.k, p.k_head_stride, p.k_batch_stride, p.k_seq_stride,
+           smem_addr(sm.k_tiles + s * T::kKVBytes), p.head_dim, kGroups);
     if (pending_v >= 0) {
       ptx::cp_async_wait<1>();  // the previous block's V; this block's K may still run
       signal(&sm.v_full[pending_v]);
     }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
-    gather(v_base, p.v_batch_stride, p.v_seq_stride,
-           smem_addr(sm.v_tiles + s * T::kVBytes) + col, cur_page, cur_row, p.head_dim_v,
-           kVGroups);
+    gather(p.v, p.v_head_stride, p.v_batch_stride, p.v_seq_stride,
+           smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v, kVGroups);
+    // The next block's pages load while this block's copies run, looked up once both of its
+    // gathers have read page[] and row[] (before the V wait, a copy of both was held across
+    // it).
+    if (it + 1 < w.n_blocks) look_up(n - 1);
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
     pending_v = s;
@@ -265,15 +278,18 @@ __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> cons
 // boxes) reads page num_pages, past the map: TMA fills it with zeros and the table's padding is
 // never read. Table entries are clamped into [0, num_pages), never trusted.
 template <class T>
-__device__ __forceinline__ void box_of(ForwardParams const& p, Work const& w, int n, int slot,
+__device__ __forceinline__ void box_of(Params const& params, Work const& w, int n, int slot,
                                        int box, int& page, int& row) {
+  ForwardParams const& p = params.p;
   int const key = n * T::kBc + slot * box;
   page = p.num_pages;
   row = 0;
   if (slot * box < T::kBc && key < w.seq.sk) {
-    page = min(max(p.block_table[int64_t(w.batch) * p.max_pages_per_seq + key / p.page_size], 0),
+    uint32_t entry, in_page;
+    params.page_div.divmod(uint32_t(key), entry, in_page);
+    page = min(max(p.block_table[int64_t(w.batch) * p.max_pages_per_seq + entry], 0),
                p.num_pages - 1);
-    row = key % p.page_size;
+    row = int(in_page);
   }
 }
 
@@ -361,7 +377,7 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
     // This lane's box of a paged key block (box_of), looked up a block ahead of its copy.
     int page = 0, row = 0;
     auto look_up = [&](int it) {
-      box_of<T>(p, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
+      box_of<T>(params, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
     };
     // Block `it` of the tile (pipeline block pipe + it) into its e4m3 stages, by warp 0.
     auto load = [&](int it) {
@@ -509,7 +525,7 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
     // This lane's box of a paged key block (box_of), looked up a block ahead of its copy.
     int page = 0, row = 0;
     auto look_up = [&](int it) {
-      box_of<T>(p, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
+      box_of<T>(params, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
     };
     // Block `it` of the tile (pipeline block pipe + it): K into its stage, V into its raw slot,
     // by warp 0.
@@ -573,78 +589,117 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
   });
 }
 
-// Run by the producer warpgroup's 128 threads (ptid = its thread index). Dense tensors and
-// contiguous caches: warp 0 alone, every lane waiting on the barriers, lane 0 arming them and
-// issuing the copies. A paged cache in TMA boxes: all four warps, thread 0 arming the barriers,
-// box i of a key block copied (one copy per 64 columns) by lane i / 4 of warp i % 4. A warp
-// issues its lanes' copies one after another (each takes the lane's coordinates into uniform
-// registers first), so with every box in warp 0 a key block's 32 copies at d 128 and pages of
-// 16 (8 boxes of 16 rows x 2 column blocks, for K and for V) were issued in series: in a
-// contiguous cache, boxes of 16 rows from one warp ran 0.87x the speed of 128-row boxes, of 32
-// rows 0.97x, of 8 rows 0.69x; dealt round four warps, page 16 ran 1.11-1.16x faster (H200,
-// chunked prefill at d 128; docs/performance.md). (A box's bytes may complete on a "full"
-// barrier before thread 0 arms it: the barrier's transaction count goes negative meanwhile, and
-// its phase waits for thread 0's arrival either way.)
-template <class T, bool kBounded>
-__device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
-                                           TileScheduler<T> const& sched, int ptid) {
-  ForwardParams const& p = params.p;
-  bool const gather = params.kv_gather != 0;
-  bool const paged = p.layout == kLayoutPagedKv;
-  if (!gather && !paged && ptid >= 32) return;
-  int const slot = (ptid % 32) * 4 + ptid / 32;  // this thread's paged box
+// Key block's K (kCols = kD) or V (kDv) into stage s of `tiles`, once the stage is free:
+// thread 0 arms its "full" barrier for the block's bytes, copy(dst, full) issues this thread's
+// copies.
+template <class T, int kCols, class Copy>
+__device__ __forceinline__ void load_stage(uint8_t* tiles, uint64_t* full, uint64_t* empty, int s,
+                                           uint32_t phase, bool leader, Copy&& copy) {
+  constexpr int kBytes = T::kBc * kCols * 2;
+  mbar_wait(&empty[s], phase ^ 1);
+  if (leader) mbar_arrive_expect_tx(&full[s], kBytes);
+  copy(tiles + s * kBytes, &full[s]);
+}
+
+// Dense tensors and contiguous caches, by warp 0 (every lane waiting on the barriers, lane 0
+// arming them and issuing one copy per 64 columns).
+template <class T>
+__device__ __forceinline__ void load_contiguous(Params const& params, Smem<T> const& sm,
+                                                TileScheduler<T> const& sched, bool leader) {
+  if (leader) prefetch_maps(params);
+  int64_t pipe = 0;
+  for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
+    for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
+      int const first = int(w.seq.k_first) + (w.n_begin + w.n_blocks - 1 - it) * T::kBc;
+      int const s = int(pipe % T::kStages);
+      uint32_t const phase = (pipe / T::kStages) & 1;
+      auto copy = [&](CUtensorMap const* map, int cols) {
+        return [&, map, cols](uint8_t* dst, uint64_t* full) {
+          if (!leader) return;
+          for (int cb = 0; cb < cols / 64; ++cb) {
+            tma_load_4d(dst + cb * T::kBc * 128, map, full, cb * 64, first, kv_head, w.map_batch);
+          }
+        };
+      };
+      load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
+                           copy(&params.k_map, T::kD));
+      load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
+                            copy(&params.v_map, T::kDv));
+    }
+  });
+}
+
+// A paged cache in TMA boxes, by all four warps: thread 0 arms the barriers, box i of a key
+// block is copied (one copy per 64 columns) by lane i / 4 of warp i % 4. A warp issues its
+// lanes' copies one after another (each takes the lane's coordinates into uniform registers
+// first), so with every box in warp 0 a key block's 32 copies at d 128 and pages of 16 (8 boxes
+// of 16 rows x 2 column blocks, for K and for V) were issued in series: in a contiguous cache,
+// boxes of 16 rows from one warp ran 0.87x the speed of 128-row boxes, of 32 rows 0.97x, of 8
+// rows 0.69x; dealt round four warps, page 16 ran 1.11-1.16x faster (H200, chunked prefill at
+// d 128; docs/performance.md). (A box's bytes may complete on a "full" barrier before thread 0
+// arms it: the barrier's transaction count goes negative meanwhile, and its phase waits for
+// thread 0's arrival either way.)
+template <class T>
+__device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> const& sm,
+                                                 TileScheduler<T> const& sched, int ptid) {
+  int const slot = (ptid % 32) * 4 + ptid / 32;  // this thread's box
   bool const leader = ptid == 0;
   int const box = params.kv_box_rows;
   // Threads without a box in any block (B_c / box boxes: 1 to 24) gate nothing: they leave
   // rather than spin on every barrier beside the consumers (thread 0, box 0, arms them).
-  if (!gather && paged && !leader && slot * box >= T::kBc) return;
+  if (!leader && slot * box >= T::kBc) return;
   if (leader) prefetch_maps(params);
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
-    if (gather) {
-      gather_kv<T, kBounded>(p, sm, w, kv_head, pipe, ptid);
-      pipe += w.n_blocks;
-      return;
-    }
-    // This thread's box of key block n in a paged cache (box_of).
+    // This thread's box of the next key block (box_of), looked up while this block's copies
+    // are in flight, so the table's latency overlaps the wait for a free stage.
     int page = 0, row = 0;
-    auto look_up = [&](int n) { box_of<T>(p, w, n, slot, box, page, row); };
-    // Key block n of K (kCols = kD) or V (kDv) into stage s: kCols / 64 column blocks of kBc rows
-    // x 128 bytes.
-    auto load_kv = [&]<int kCols>(CUtensorMap const* map, uint8_t* tiles, uint64_t* full,
-                                  uint64_t* empty, int s, uint32_t phase, int n) {
-      constexpr int kBytes = T::kBc * kCols * 2;
-      mbar_wait(&empty[s], phase ^ 1);
-      if (leader) mbar_arrive_expect_tx(&full[s], kBytes);
-      uint8_t* dst = tiles + s * kBytes;
-      if (paged) {
-        if (slot * box < T::kBc) {
-          for (int cb = 0; cb < kCols / 64; ++cb) {
-            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, &full[s], cb * 64, row,
-                        kv_head, page);
-          }
-        }
-      } else if (leader) {
-        for (int cb = 0; cb < kCols / 64; ++cb) {
-          tma_load_4d(dst + cb * T::kBc * 128, map, &full[s], cb * 64,
-                      int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
-        }
-      }
-    };
-    // The next block's page is looked up while this block's copies are in flight, so the
-    // table's latency overlaps the wait for a free stage.
-    if (paged) look_up(w.n_begin + w.n_blocks - 1);
+    box_of<T>(params, w, w.n_begin + w.n_blocks - 1, slot, box, page, row);
     for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
-      int const n = w.n_begin + w.n_blocks - 1 - it;
       int const s = int(pipe % T::kStages);
       uint32_t const phase = (pipe / T::kStages) & 1;
-      load_kv.template operator()<T::kD>(&params.k_map, sm.k_tiles, sm.k_full, sm.k_empty, s,
-                                          phase, n);
-      load_kv.template operator()<T::kDv>(&params.v_map, sm.v_tiles, sm.v_full, sm.v_empty, s,
-                                           phase, n);
-      if (paged && it + 1 < w.n_blocks) look_up(n - 1);
+      auto copy = [&](CUtensorMap const* map, int cols) {
+        return [&, map, cols](uint8_t* dst, uint64_t* full) {
+          if (slot * box >= T::kBc) return;
+          for (int cb = 0; cb < cols / 64; ++cb) {
+            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, cb * 64, row, kv_head,
+                        page);
+          }
+        };
+      };
+      load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
+                           copy(&params.k_map, T::kD));
+      load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
+                            copy(&params.v_map, T::kDv));
+      if (it + 1 < w.n_blocks) {
+        box_of<T>(params, w, w.n_begin + w.n_blocks - 2 - it, slot, box, page, row);
+      }
     }
   });
+}
+
+// Run by the producer warpgroup's 128 threads (ptid = its thread index): a paged cache whose
+// boxes would not be a multiple of 8 rows gathered (gather_kv), one in TMA boxes
+// (load_paged_boxes), dense tensors and contiguous caches by TMA (load_contiguous). Three loops,
+// not one with the layout's branches inside: in one, each path's values stayed live across the
+// others' code in the producer's 24 or 40 registers, and ptxas spilled in 77 of the default
+// build's 131 bf16 sm90 functions (57 of them only in the producer).
+template <class T, bool kBounded>
+__device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
+                                           TileScheduler<T> const& sched, int ptid) {
+  bool const leader = ptid == 0;
+  if (params.kv_gather != 0) {
+    if (leader) prefetch_maps(params);
+    int64_t pipe = 0;
+    for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
+      gather_kv<T, kBounded>(params, sm, w, kv_head, pipe);
+      pipe += w.n_blocks;
+    });
+  } else if (params.p.layout == kLayoutPagedKv) {
+    load_paged_boxes<T>(params, sm, sched, ptid);
+  } else if (ptid < 32) {
+    load_contiguous<T>(params, sm, sched, leader);
+  }
 }
 
 }  // namespace fa::cuda::sm90

@@ -131,11 +131,9 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   // 30-34 in the 192-key kernel; tools/check_sass.py); reversed, none, and d 72-112 without a
   // mask at 4k-16k ran 1.01-1.09x (H200). Elsewhere the order stays: d 64's pairs had no R2UR
   // and ran 0.98-1.01x reversed, d 200-224's 0.98-1.01x, and d 128's 112-column pair in the
-  // persistent kernel without ping-pong spilled 16 bytes (none in step order). bf16 only so
-  // far: fp16's pairs have the same SASS finding but have not yet run reversed through the GPU
-  // tests.
-  constexpr bool kReversed = T::kType == DType::kBF16 && T::kD == 128 && T::kPingpong &&
-                             kQkSteps < T::kQkSteps;
+  // persistent kernel without ping-pong spilled 16 bytes (none in step order). bf16 and fp16
+  // alike (FP8 tiles have no narrow pairs): fp16's pairs had the same R2URs (tools/check_sass.py).
+  constexpr bool kReversed = !T::kFp8 && T::kD == 128 && T::kPingpong && kQkSteps < T::kQkSteps;
   // A k16 step's descriptor of the operand at `base` (a 1024-aligned tile), `offset` bytes in.
   auto desc = [](uint64_t built, uint32_t base, uint32_t offset, uint32_t lbo) {
     return kStepped ? built + offset / 16 : make_desc_sw128(base + offset, lbo, 1024);

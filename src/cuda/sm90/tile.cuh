@@ -48,6 +48,10 @@ struct Params {
   // staging buffer with TMA (epilogue.cuh); 0 (no buffer, a split-KV run, or strides TMA cannot
   // describe): every thread stores its rows itself.
   int32_t o_tma;
+  // A paged cache's page_size as a divisor (fast_divmod.hpp): a key's page and row in the
+  // producer's look-ups (mainloop_load.cuh). By integer division the look-up took an I2F / MUFU.RCP
+  // / F2I sequence and its registers per row, in the producer's 24 or 40.
+  FastDivmod page_div;
 };
 
 template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool kOverlap_,
