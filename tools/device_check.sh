@@ -192,12 +192,14 @@ if [ -x .deps/bin/device_forward ]; then
   step rust_device env LD_LIBRARY_PATH="$PWD/$build" .deps/bin/device_forward
 fi
 # The FA-paper grid beside FlashAttention-4 (where installed: ../shared/tools/fa4-baseline), cuDNN
-# and FA2, bf16 and fp16, back-to-back timing. PYTHONPATH keeps what the FA4 install sourced before
-# this script set (its site folder): replaced, FA4 was "not importable" and left out.
+# and FA2, back-to-back timing, in FA_COMPARE_DTYPES (default bf16,fp16: about 4 minutes each
+# with FA4, so one per call after the build) at FA_COMPARE_HEAD_DIMS (default 64,128,256).
+# PYTHONPATH keeps what the FA4 install sourced before this script set (its site folder):
+# replaced, FA4 was "not importable" and left out.
 step compare env FLASHATTN_LIBRARY="$PWD/$build/libflashattn.so.0" \
   PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 tools/bench_compare.py --bench "$build/bench/flashattn_bench" --out "$out/compare" \
-  --dtype bf16,fp16
+  --dtype "${FA_COMPARE_DTYPES:-bf16,fp16}" --head-dims "${FA_COMPARE_HEAD_DIMS:-64,128,256}"
 # The other commit's library: carried in .deps/before, or built above into build-before (which a
 # warm machine keeps between calls, while a carried .deps is replaced by each call's copy).
 base=.deps/before

@@ -224,7 +224,9 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
            smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v, kVGroups);
     // The next block's pages load while this block's copies run, looked up once both of its
     // gathers have read page[] and row[] (before the V wait, a copy of both was held across
-    // it).
+    // it). With this file's other register cuts, pages of 1 ran 0.93-0.97x as fast as before
+    // (chunked prefill, d 128, H200; docs/performance.md): likely the table's latency, no
+    // longer hidden behind the V stage's wait.
     if (it + 1 < w.n_blocks) look_up(n - 1);
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
@@ -682,8 +684,11 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // boxes would not be a multiple of 8 rows gathered (gather_kv), one in TMA boxes
 // (load_paged_boxes), dense tensors and contiguous caches by TMA (load_contiguous). Three loops,
 // not one with the layout's branches inside: in one, each path's values stayed live across the
-// others' code in the producer's 24 or 40 registers, and ptxas spilled in 77 of the default
-// build's 131 bf16 sm90 functions (57 of them only in the producer).
+// others' code in the producer's 24 or 40 registers. With the gather's values recomputed where
+// used and the pages by Params::page_div, ptxas spills in 42 of the default build's 131 bf16
+// sm90 functions instead of 76 (1856 bytes of stores instead of 3724); the producer's remaining
+// spills are the gathered path's under 24 registers (d 128 with 192 keys, d 192 with V in 128
+// columns, d 256) and the e4m3 converters' (36 bytes, unchanged).
 template <class T, bool kBounded>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {

@@ -49,8 +49,8 @@ struct Params {
   // describe): every thread stores its rows itself.
   int32_t o_tma;
   // A paged cache's page_size as a divisor (fast_divmod.hpp): a key's page and row in the
-  // producer's look-ups (mainloop_load.cuh). By integer division the look-up took an I2F / MUFU.RCP
-  // / F2I sequence and its registers per row, in the producer's 24 or 40.
+  // producer's look-ups (mainloop_load.cuh), by a multiply and a shift where integer division
+  // took an I2F / MUFU.RCP / F2I sequence and its registers in the producer's 24 or 40.
   FastDivmod page_div;
 };
 
