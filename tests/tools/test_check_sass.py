@@ -156,6 +156,18 @@ class KernelRows(unittest.TestCase):
         (row,) = self.rows([(name, loop(66, 0))], frames)
         self.assertEqual(row["stack_bytes"], 88)
 
+    def test_local_memory_counted_per_side_of_the_register_split(self):
+        # The consumers' code first (after their TRY_ALLOC), the producer's from its DEALLOC.
+        body = (["STL [R1+0x8], R2", "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0"] + loop(66, 0) +
+                ["LDL.LU R3, [R1+0x8]", "EXIT", "USETMAXREG.DEALLOC.CTAPOOL 0x18",
+                 "STL [R1], R2", "LDL R2, [R1]", "LDL.LU R3, [R1+0x4]", "LDGSTS.E.BYPASS.128 "
+                 "[R21+0x8000], desc[UR24][R2.64]", "EXIT"])
+        (row,) = self.rows([(mangled(), body)])
+        self.assertEqual((row["local_consumer"], row["local_producer"]), (2, 3))
+        self.assertTrue(row["ok"])  # reported, not failed
+        (none,) = self.rows([(mangled(), loop(66, 0) + ["USETMAXREG.DEALLOC.CTAPOOL 0x28"])])
+        self.assertEqual((none["local_consumer"], none["local_producer"]), (0, 0))
+
 
 class CommandLine(unittest.TestCase):
     def test_csv_rows_and_exit_status(self):
@@ -177,6 +189,8 @@ class CommandLine(unittest.TestCase):
                 rows = list(csv.DictReader(f))
             self.assertEqual([(x["variant"], x["transforms"], x["ok"]) for x in rows],
                              [("plain", "False", "True"), ("narrow 80:80", "False", "False")])
+            self.assertEqual([(x["local_consumer"], x["local_producer"]) for x in rows],
+                             [("0", "0"), ("0", "0")])
 
 
 if __name__ == "__main__":
