@@ -34,8 +34,9 @@ tests/tools/test_check_sass.py checks this reading on listings written in cuobjd
 cuobjdump (and the nvdisasm it runs) come from FA_CUOBJDUMP, PATH, or the CUDA Toolkit of the
 nvcc on PATH (a toolkit without them, as on a compile-only machine, can take both from NVIDIA's
 wheels: `pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, unzip them into
-one folder, FA_CUOBJDUMP=<folder>/nvidia/cu13/bin/cuobjdump; a cubin from `nvcc -cubin` of a
-generated kernel file is then checked without a GPU); the exit status is 0 when every kernel passes both checks, 1 when one fails, 2
+one folder, FA_CUOBJDUMP=<folder>/nvidia/cu13/bin/cuobjdump, as `tools/setup.sh test` does; the
+cubins of tools/compile_sm90.py, which compiles the instantiations without a GPU, are then
+checked the same way); the exit status is 0 when every kernel passes both checks, 1 when one fails, 2
 when no sm90 forward kernel or no cuobjdump was found.
 """
 
