@@ -91,19 +91,26 @@ def describe(match):
     }
 
 
-def stack_frames(res_usage):
-    """Each function's stack frame in bytes, from `cuobjdump -res-usage` output."""
-    frames, name = {}, None
-    for line in res_usage.splitlines():
-        m = re.match(r"\s*Function (\S+):", line)
+def per_function(text, header, value):
+    """{function: the match of `value` on the first line after its header}, for each function a
+    line matching `header` (group 1: its name) opens in `text` (a tool's per-function report)."""
+    found, name = {}, None
+    for line in text.splitlines():
+        m = re.search(header, line)
         if m:
             name = m.group(1)
             continue
-        m = re.search(r"STACK:(\d+)", line)
+        m = re.search(value, line)
         if m and name:
-            frames[name] = int(m.group(1))
+            found[name] = m
             name = None
-    return frames
+    return found
+
+
+def stack_frames(res_usage):
+    """Each function's stack frame in bytes, from `cuobjdump -res-usage` output."""
+    return {name: int(m.group(1)) for name, m in
+            per_function(res_usage, r"^\s*Function (\S+):", r"STACK:(\d+)").items()}
 
 
 # A store of O (stmatrix, a TMA store, or a thread's global store): the tile's epilogue.

@@ -24,9 +24,11 @@ import csv
 import filecmp
 import glob
 import os
-import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_sass  # noqa: E402 (tools/, beside this file: its reader of per-function reports)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["-std=c++20", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG",
@@ -35,18 +37,11 @@ FLAGS = ["-std=c++20", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG",
 
 def ptxas_spills(log):
     """{function: (spill store bytes, spill load bytes, stack frame bytes)} from ptxas -v."""
-    found, name = {}, None
-    for line in log.splitlines():
-        m = re.search(r"Function properties for (\S+)", line)
-        if m:
-            name = m.group(1)
-            continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
-                      line)
-        if m and name:
-            found[name] = (int(m.group(2)), int(m.group(3)), int(m.group(1)))
-            name = None
-    return found
+    found = check_sass.per_function(
+        log, r"Function properties for (\S+)",
+        r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+    return {name: (int(m.group(2)), int(m.group(3)), int(m.group(1)))
+            for name, m in found.items()}
 
 
 def read_csv(path):
