@@ -653,8 +653,9 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
   if (leader) prefetch_maps(params);
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
-    // This thread's box of the next key block (box_of), looked up while this block's copies
-    // are in flight, so the table's latency overlaps the wait for a free stage.
+    // This thread's box of a key block (box_of): the tile's first block here, each next one
+    // once this block's copies are issued, so the table's latency overlaps the wait for a free
+    // stage.
     int page = 0, row = 0;
     box_of<T>(params, w, w.n_begin + w.n_blocks - 1, slot, box, page, row);
     for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
