@@ -120,13 +120,25 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
       }
     }
   };
-  // Key block n of K or V (`tensor` and its strides) into the stage at `dst`, from the pages in
-  // page[] and row[] (the lanes' look-ups of block n), `groups` passes of kChunks columns. A
+  // The lanes' rows of the looked-up block (page[], row[]) as element offsets in K or V (page
+  // and row strides), -1 past the keys: each lane turns them into offsets once per block and
+  // tensor, so a pass shuffles two words and adds, rather than multiplying 64-bit strides per
+  // copy (10 of the 27 instructions a copy took).
+  auto offsets = [&](int64_t page_stride, int64_t row_stride, int64_t(&off)[kSlots]) {
+#pragma unroll
+    for (int slot = 0; slot < kSlots; ++slot) {
+      off[slot] = page[slot] >= 0 ? int64_t(uint32_t(page[slot])) * page_stride +
+                                        int64_t(uint32_t(row[slot])) * row_stride
+                                  : -1;
+    }
+  };
+  // Key block n of K or V (`tensor`, its head stride) into the stage at `dst`, from the lanes'
+  // row offsets `off` (offsets() of block n's look-ups), `groups` passes of kChunks columns. A
   // chunk at or past `cols` (the tensor's head dim: below the kernel's in the bounded
   // instantiations only, the general one and the narrow pairs: kernel.cuh) is zero-filled,
   // never read.
-  auto gather = [&](void const* tensor, int64_t head_stride, int64_t page_stride,
-                    int64_t row_stride, uint32_t dst, int cols, int groups) {
+  auto gather = [&](void const* tensor, int64_t head_stride, int64_t const(&off)[kSlots],
+                    uint32_t dst, int cols, int groups) {
     int const ptid = producer_thread();
     int const lane = ptid % 32, warp = ptid / 32;
     // This thread's first chunk of a row, and its row in its warp's pass. Its kPerThread chunks
@@ -154,14 +166,6 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     Elem const* const base =
         static_cast<Elem const*>(tensor) + int64_t(kv_head) * head_stride + chunk * 8;
     dst += uint32_t(chunk / 8) * T::kBc * 128 + uint32_t(r0) * 128;
-    // Each lane turns its rows' pages into element offsets once per block (-1: past the keys),
-    // so a pass shuffles two words and adds, rather than multiplying 64-bit strides per copy
-    // (10 of the 27 instructions a copy took).
-    int64_t off[kSlots];
-#pragma unroll
-    for (int slot = 0; slot < kSlots; ++slot) {
-      off[slot] = page[slot] >= 0 ? page[slot] * page_stride + row[slot] * row_stride : -1;
-    }
     // Not unrolled: d 192's three groups unrolled kept three sets of addresses live in the
     // producer's 24 registers of then (ptxas: 348-412 bytes of spills at 112 keys, 100-160
     // rolled).
@@ -212,22 +216,24 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     int const n = w.n_begin + w.n_blocks - 1 - it;
     int const s = int(pipe % T::kStages);
     uint32_t const phase = (pipe / T::kStages) & 1;
+    int64_t off[kSlots];
     mbar_wait(&sm.k_empty[s], phase ^ 1);
-    gather(p.k, p.k_head_stride, p.k_batch_stride, p.k_seq_stride,
-           smem_addr(sm.k_tiles + s * T::kKVBytes), p.head_dim, kGroups);
+    offsets(p.k_batch_stride, p.k_seq_stride, off);
+    gather(p.k, p.k_head_stride, off, smem_addr(sm.k_tiles + s * T::kKVBytes), p.head_dim,
+           kGroups);
+    // V's offsets, then the next block's pages, which load while this block's copies run and
+    // the V stage frees. Looked up after V's copies instead (no offsets held across the wait),
+    // pages of 1 ran 0.93-0.97x as fast (chunked prefill, d 128, H200; docs/performance.md):
+    // the table's latency fell where the next block's K gather needs its pages.
+    offsets(p.v_batch_stride, p.v_seq_stride, off);
+    if (it + 1 < w.n_blocks) look_up(n - 1);
     if (pending_v >= 0) {
       ptx::cp_async_wait<1>();  // the previous block's V; this block's K may still run
       signal(&sm.v_full[pending_v]);
     }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
-    gather(p.v, p.v_head_stride, p.v_batch_stride, p.v_seq_stride,
-           smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v, kVGroups);
-    // The next block's pages load while this block's copies run, looked up once both of its
-    // gathers have read page[] and row[] (before the V wait, a copy of both was held across
-    // it). With this file's other register cuts, pages of 1 ran 0.93-0.97x as fast as before
-    // (chunked prefill, d 128, H200; docs/performance.md): likely the table's latency, no
-    // longer hidden behind the V stage's wait.
-    if (it + 1 < w.n_blocks) look_up(n - 1);
+    gather(p.v, p.v_head_stride, off, smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v,
+           kVGroups);
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
     pending_v = s;
