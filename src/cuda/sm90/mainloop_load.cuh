@@ -692,10 +692,11 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // (load_paged_boxes), dense tensors and contiguous caches by TMA (load_contiguous). Three loops,
 // not one with the layout's branches inside: in one, each path's values stayed live across the
 // others' code in the producer's 24 or 40 registers. With the gather's values recomputed where
-// used and the pages by Params::page_div, ptxas spills in 42 of the default build's 131 bf16
-// sm90 functions instead of 76 (1856 bytes of stores instead of 3724); the producer's remaining
-// spills are the gathered path's under 24 registers (d 128 with 192 keys, d 192 with V in 128
-// columns, d 256) and the e4m3 converters' (36 bytes, unchanged).
+// used, the pages by Params::page_div and V's offsets held across the V wait (gather_kv), ptxas
+// spills in 39 of the default build's 131 bf16 sm90 functions instead of 76 (1520 bytes of
+// stores instead of 3724); the producer's remaining spills are the gathered path's under 24
+// registers (d 128 with 192 keys, d 192 with V in 128 columns, d 256) and the e4m3 converters'
+// (36 bytes, unchanged).
 template <class T, bool kBounded>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
