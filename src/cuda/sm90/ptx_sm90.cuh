@@ -89,10 +89,6 @@ __device__ __forceinline__ void tma_store_commit() {
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
-// Waits until this thread's committed bulk stores have completed.
-__device__ __forceinline__ void tma_store_wait_all() {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
 
 // Writes four 8 x 8 matrices of 16-bit values to shared memory: register i of lane t holds
 // matrix i's row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1 (the mma accumulator layout); lane
