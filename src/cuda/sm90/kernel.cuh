@@ -75,14 +75,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   }
 
   regs_alloc<T::kConsumerRegs>();
-  // The consumer warpgroup; at d 64 and 128 through a shuffle, so the compiler knows it is
+  // The consumer warpgroup; where the descriptors are stepped (mainloop_mma.cuh's
+  // kStepDescriptors: d <= 128, bf16 d 256) through a shuffle, so the compiler knows it is
   // warp-uniform and builds the Q tile's stepped wgmma descriptors in uniform registers (no
   // per-block 64-bit adds and moves on the vector pipe). With the softmax overlap
   // (mainloop_mma.cuh, its condition then a warp vote) the FA-paper grid ran d 128 1.00-1.12x
   // and d 64 0.99-1.07x the previous commit, the overlap alone 1.00-1.04x and 0.98-1.04x
-  // (H200). At d 256, whose descriptors are not stepped, its uniform registers ran out and it
+  // (H200). At d 256 with descriptors rebuilt per step its uniform registers ran out and it
   // spilled more (0.95-1.02x).
-  int const wg = (Slot<T>::kStepped ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128) - 1;
+  int const wg =
+      (kStepDescriptors<T, kMma> ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128) - 1;
   int const warp = (tid / 32) % 4, lane = tid % 32;
   int const r0 = 16 * warp + lane / 4;  // this thread's rows in the warpgroup: r0 and r0 + 8
   uint32_t const q_base = smem_addr(sm.q_tile) + wg * 64 * 128;

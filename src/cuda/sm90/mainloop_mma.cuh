@@ -99,14 +99,28 @@ struct Slot {
   }
 };
 
-// At d 64 and 128 each block's wgmma descriptors are built once and stepped by constant
-// offsets per k16 step (the start address field, bits 0-13, holds address / 16 of a window
-// under 256 KiB, so adding offset / 16 never carries out of it): rebuilding one from its address
-// per step took 4-5 uniform-datapath instructions, 18% of the instructions issued at d 128, 16k
-// (ncu, H200). Stepped at every head dim, d 256's 80-key kernels, which spill, ran 3-7% slower,
-// so d 256 keeps one descriptor per step and the position's arithmetic; stepped at d 64 and 128
-// only, the FA-paper grid ran 1.009x (d 64 at 8k-16k 1.05-1.06x, no point under 0.986x; H200).
-// Stepped at d 192 too: 0.9999x there (0.990-1.014; docs/performance.md), so d 192 is not.
+// Whether consume_tile steps a block's wgmma descriptors (below) for products in kMma: at
+// d <= 128, and at d 256 in bf16 tiles with bf16 products, where kernel.cuh then takes the
+// warpgroup through a shuffle too (so Q's are uniform). fp16's d 256 tiles and those reading an
+// e4m3 cache compile the same way but have not run so yet: they keep per-step descriptors.
+template <class T, DType kMma>
+inline constexpr bool kStepDescriptors =
+    T::kD <= 128 || (T::kD == 256 && T::kType == DType::kBF16 && kMma == DType::kBF16);
+
+// Where kStepDescriptors holds, each block's wgmma descriptors are built once and stepped by
+// constant offsets per k16 step (the start address field, bits 0-13, holds address / 16 of a
+// window under 256 KiB, so adding offset / 16 never carries out of it): rebuilding one from its
+// address per step took 4-5 uniform-datapath instructions, 18% of the instructions issued at
+// d 128, 16k (ncu, H200); stepped at d 64 and 128, the FA-paper grid ran 1.009x (d 64 at 8k-16k
+// 1.05-1.06x, no point under 0.986x; H200). At d 256 the step cost 12 instructions between two
+// of S = Q K^T's 16 HGMMAs (K's descriptor rebuilt on the uniform datapath, Q's on the vector
+// pipe and moved by R2UR; FA4: 3-4), 585 warp instructions per key block against FA4's 503 in
+// the same tile (ncu source counters, causal 4k). Stepped there as at d 128, ptxas hoisted Q's
+// sixteen loop-invariant descriptors out of the key loop and spilled (the ping-pong pick 8 ->
+// 40 bytes of stores; earlier, 3-7% slower), so d 256 takes Q's address through an opaque move
+// per block: 2 instructions between HGMMAs, every d 256 kernel's spills at or under main's, and
+// the FA-paper grid's d 256 points 1.020x (1.001-1.037; H200, bf16).
+// Stepped at d 192 (without the move): 0.9999x there (0.990-1.014; docs/performance.md).
 //
 // kQkSteps and kVCols: the k16 steps of S = Q K^T and the columns of O += P V that the problem's
 // head dims need, T::kD / 16 and T::kDv but in a narrow pair's instantiation (narrow.hpp), whose
@@ -124,7 +138,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   static_assert(kQkSteps <= T::kQkSteps && kVCols <= T::kDv && kVCols % 8 == 0, "narrower dims");
   constexpr bool kFp8 = kMma == DType::kE4M3;
   static_assert(kFp8 == T::kFp8, "e4m3 products on an FP8 tile");
-  constexpr bool kStepped = Slot<T>::kStepped;
+  constexpr bool kStepped = kStepDescriptors<T, kMma>;
   // A narrow pair of a d 128 ping-pong kernel (80, 96, 112 columns) issues S = Q K^T last k16
   // step first. In step order ptxas kept the slot's stage, and so every K and V descriptor, in
   // vector registers, with an R2UR before 15 of the 20-26 HGMMAs past each group's first (23 of
@@ -162,14 +176,15 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   // Issues S = Q K^T for the key block in `slot` into `sc` (committed, not waited for).
   auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
     uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
-    uint64_t const qd = make_desc_sw128(q_base, 16, 1024);
+    uint32_t const q_at = kStepped && T::kD == 256 ? opaque(q_base) : q_base;
+    uint64_t const qd = make_desc_sw128(q_at, 16, 1024);
     uint64_t const kd = make_desc_sw128(k_base, 16, 1024);
     mbar_wait(&sm.k_full[slot.stage], slot.phase);
     wgmma_fence();
 #pragma unroll
     for (int jj = 0; jj < kQkSteps; ++jj) {
       int const kk = kReversed ? kQkSteps - 1 - jj : jj;
-      uint64_t const da = desc(qd, q_base, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
+      uint64_t const da = desc(qd, q_at, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
       uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
       if constexpr (kFp8) {
         if (kk < kQRegSteps) {

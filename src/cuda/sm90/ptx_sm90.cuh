@@ -109,6 +109,14 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 
 // ---- wgmma --------------------------------------------------------------------------------
 
+// `x` through a move the compiler cannot see through, so that what is computed from it stays
+// where it is written: a key loop's descriptors built from a loop-invariant address are not
+// hoisted out of the loop into registers for its whole length (mainloop_mma.cuh, d 256).
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("mov.b32 %0, %1;" : "=r"(x) : "r"(x));
+  return x;
+}
+
 // A shared-memory matrix descriptor for a 128-byte-swizzled operand (the layout TMA's
 // CU_TENSOR_MAP_SWIZZLE_128B writes into 1024-byte-aligned tiles): start address, leading and
 // stride byte offsets (each >> 4), layout type 1 (SWIZZLE_128B) in bits 62-63.
