@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
 
   regs_alloc<T::kConsumerRegs>();
   // The consumer warpgroup; where the descriptors are stepped (mainloop_mma.cuh's
-  // kStepDescriptors: d <= 128, bf16 d 256) through a shuffle, so the compiler knows it is
-  // warp-uniform and builds the Q tile's stepped wgmma descriptors in uniform registers (no
+  // kStepDescriptors: d <= 128, 16-bit d 192 and 256) through a shuffle, so the compiler knows
+  // it is warp-uniform and builds the Q tile's stepped wgmma descriptors in uniform registers (no
   // per-block 64-bit adds and moves on the vector pipe). With the softmax overlap
   // (mainloop_mma.cuh, its condition then a warp vote) the FA-paper grid ran d 128 1.00-1.12x
   // and d 64 0.99-1.07x the previous commit, the overlap alone 1.00-1.04x and 0.98-1.04x

@@ -100,12 +100,13 @@ struct Slot {
 };
 
 // Whether consume_tile steps a block's wgmma descriptors (below) for products in kMma: at
-// d <= 128, and at d 256 in bf16 tiles with bf16 products, where kernel.cuh then takes the
-// warpgroup through a shuffle too (so Q's are uniform). fp16's d 256 tiles and those reading an
-// e4m3 cache compile the same way but have not run so yet: they keep per-step descriptors.
+// d <= 128, and at d 192 and 256 in 16-bit tiles whose products are their own type, where
+// kernel.cuh then takes the warpgroup through a shuffle too (so Q's are uniform). Tiles past
+// d 128 reading an e4m3 cache (fp16 products) and FP8 tiles compile the same way but have not
+// run so yet: they keep per-step descriptors.
 template <class T, DType kMma>
 inline constexpr bool kStepDescriptors =
-    T::kD <= 128 || (T::kD == 256 && T::kType == DType::kBF16 && kMma == DType::kBF16);
+    T::kD <= 128 || (kMma == T::kType && kMma != DType::kE4M3);
 
 // Where kStepDescriptors holds, each block's wgmma descriptors are built once and stepped by
 // constant offsets per k16 step (the start address field, bits 0-13, holds address / 16 of a
@@ -118,9 +119,11 @@ inline constexpr bool kStepDescriptors =
 // the same tile (ncu source counters, causal 4k). Stepped there as at d 128, ptxas hoisted Q's
 // sixteen loop-invariant descriptors out of the key loop and spilled (the ping-pong pick 8 ->
 // 40 bytes of stores; earlier, 3-7% slower), so d 256 takes Q's address through an opaque move
-// per block: 2 instructions between HGMMAs, every d 256 kernel's spills at or under main's, and
-// the FA-paper grid's d 256 points 1.020x (1.001-1.037; H200, bf16).
-// Stepped at d 192 (without the move): 0.9999x there (0.990-1.014; docs/performance.md).
+// per block (d 192 too): 2 instructions between HGMMAs, every kernel's spills at or under
+// per-step descriptors' (fp16 d 256: 1056 -> 924 bytes over 85 kernels; bf16 d 192: 232 -> 216
+// over 83), and on the FA-paper grid's points (H200) bf16 d 256 1.020x (1.001-1.037), fp16 d 256
+// with its d 256 rows re-derived 1.031x (1.002-1.052), d 192 and 192 / 128 1.018x bf16
+// (0.997-1.040) and 1.020x fp16 (0.996-1.061). Stepped at d 192 without the move: 0.9999x.
 //
 // kQkSteps and kVCols: the k16 steps of S = Q K^T and the columns of O += P V that the problem's
 // head dims need, T::kD / 16 and T::kDv but in a narrow pair's instantiation (narrow.hpp), whose
@@ -176,7 +179,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   // Issues S = Q K^T for the key block in `slot` into `sc` (committed, not waited for).
   auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
     uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
-    uint32_t const q_at = kStepped && T::kD == 256 ? opaque(q_base) : q_base;
+    uint32_t const q_at = kStepped && T::kD > 128 ? opaque(q_base) : q_base;
     uint64_t const qd = make_desc_sw128(q_at, 16, 1024);
     uint64_t const kd = make_desc_sw128(k_base, 16, 1024);
     mbar_wait(&sm.k_full[slot.stage], slot.phase);
