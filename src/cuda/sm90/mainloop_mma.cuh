@@ -101,9 +101,9 @@ struct Slot {
 
 // Whether consume_tile steps a block's wgmma descriptors (below) for products in kMma: at
 // d <= 128, and at d 192 and 256 in 16-bit tiles whose products are their own type, where
-// kernel.cuh then takes the warpgroup through a shuffle too (so Q's are uniform). Tiles past
-// d 128 reading an e4m3 cache (fp16 products) and FP8 tiles compile the same way but have not
-// run so yet: they keep per-step descriptors.
+// kernel.cuh then takes the warpgroup through a shuffle too (so Q's are uniform). Past d 128 the
+// FP8 tile (e4m3 products, d 256) compiles the same way but has not run so: it keeps per-step
+// descriptors. (Tiles reading an e4m3 cache exist at d <= 128 only: rules::fp8_kv_tile.)
 template <class T, DType kMma>
 inline constexpr bool kStepDescriptors =
     T::kD <= 128 || (kMma == T::kType && kMma != DType::kE4M3);
