@@ -52,17 +52,16 @@ __device__ __forceinline__ void store_tile(
   // keys are split (the combine kernel adds them once).
   bool const split_out = num_splits > 1;
   float const* const sinks = split_out || !kGeneral ? nullptr : p.sinks;
-  static_for<kMT>([&](auto mt) {
-    static_for<2>([&](auto h) {
-      constexpr int kH = decltype(h)::value;
-      float sum = row_sum[mt][kH];
+  unrolled_for<kMT>([&](int mt) {
+    unrolled_for<2>([&](int h) {
+      float sum = row_sum[mt][h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
+      int const row = warp * Tr::kRowsPerWarp + mt * 16 + g + 8 * h;
       // The running max in natural-log units, and the row's LSE.
       // sum is 0 (no visible key), positive, or NaN (a NaN score: fmaxf kept it out of the
       // maximum, the exponentials carried it), which inv and the LSE then carry.
-      float top = sum == 0.f ? -INFINITY : row_max[mt][kH] * p.lse_scale;
+      float top = sum == 0.f ? -INFINITY : row_max[mt][h] * p.lse_scale;
       float out_scale = 1.f;
       if (sinks != nullptr && row < q_rows) {
         // l' = l e^(m - M) + e^(sink - M) with M = max(m, sink), in natural-log units.
@@ -74,9 +73,9 @@ __device__ __forceinline__ void store_tile(
       }
       float const inv = sum == 0.f ? 0.f : out_scale / sum;
       float const lse = sum == 0.f ? -INFINITY : top + logf(sum);
-      static_for<Tr::kDTiles>([&](auto dn) {
-        o_acc[mt][dn][2 * kH] *= inv;
-        o_acc[mt][dn][2 * kH + 1] *= inv;
+      unrolled_for<Tr::kDTiles>([&](int dn) {
+        o_acc[mt][dn][2 * h] *= inv;
+        o_acc[mt][dn][2 * h + 1] *= inv;
       });
       if (row >= q_rows) return;
       int const query = query_of(row);
@@ -93,25 +92,24 @@ __device__ __forceinline__ void store_tile(
           // Four adjacent columns per 16-column group: one 16-byte store (head_dim_v, a
           // multiple of 8, keeps rows 32-byte aligned; a group the head dim cuts in half
           // stores from lanes t < 2 only).
-          static_for<Tr::kDTiles / 2>([&](auto c) {
-            constexpr int kC = decltype(c)::value;
-            if (p.head_dim_v >= C.d_head || 16 * kC + 4 * t < p.head_dim_v) {
-              *reinterpret_cast<float4*>(dst + 16 * kC) =
-                  make_float4(o_acc[mt][2 * kC][2 * kH], o_acc[mt][2 * kC + 1][2 * kH],
-                              o_acc[mt][2 * kC][2 * kH + 1], o_acc[mt][2 * kC + 1][2 * kH + 1]);
+          unrolled_for<Tr::kDTiles / 2>([&](int c) {
+            if (p.head_dim_v >= C.d_head || 16 * c + 4 * t < p.head_dim_v) {
+              *reinterpret_cast<float4*>(dst + 16 * c) =
+                  make_float4(o_acc[mt][2 * c][2 * h], o_acc[mt][2 * c + 1][2 * h],
+                              o_acc[mt][2 * c][2 * h + 1], o_acc[mt][2 * c + 1][2 * h + 1]);
             }
           });
         } else {
-          auto store = [&](auto dn) {
-            *reinterpret_cast<float2*>(dst + decltype(dn)::value * 8) =
-                make_float2(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
+          auto store = [&](int dn) {
+            *reinterpret_cast<float2*>(dst + dn * 8) =
+                make_float2(o_acc[mt][dn][2 * h], o_acc[mt][dn][2 * h + 1]);
           };
           // The kernel's own head dim stores with no compare per n8 tile (one branch instead).
           if (p.head_dim_v >= C.d_head) {
-            static_for<Tr::kDTiles>(store);
+            unrolled_for<Tr::kDTiles>(store);
           } else {
-            static_for<Tr::kDTiles>([&](auto dn) {
-              if (decltype(dn)::value * 8 < p.head_dim_v) store(dn);
+            unrolled_for<Tr::kDTiles>([&](int dn) {
+              if (dn * 8 < p.head_dim_v) store(dn);
             });
           }
         }
@@ -129,24 +127,22 @@ __device__ __forceinline__ void store_tile(
     });
   });
   if (split_out) return;  // uniform: the partial outputs are written
-  static_for<kMT>([&](auto mt) {
-    static_for<2>([&](auto h) {
-      constexpr int kH = decltype(h)::value;
-      int const row = warp * Tr::kRowsPerWarp + decltype(mt)::value * 16 + g + 8 * kH;
+  unrolled_for<kMT>([&](int mt) {
+    unrolled_for<2>([&](int h) {
+      int const row = warp * Tr::kRowsPerWarp + mt * 16 + g + 8 * h;
       if constexpr (kPairedD) {
-        static_for<Tr::kDTiles / 2>([&](auto c) {
-          constexpr int kC = decltype(c)::value;
-          int const col = 16 * kC + 8 * (t / 2);
+        unrolled_for<Tr::kDTiles / 2>([&](int c) {
+          int const col = 16 * c + 8 * (t / 2);
           *reinterpret_cast<uint2*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col) + 4 * (t % 2)) =
-              make_uint2(ptx::pack2<T>(o_acc[mt][2 * kC][2 * kH], o_acc[mt][2 * kC + 1][2 * kH]),
-                         ptx::pack2<T>(o_acc[mt][2 * kC][2 * kH + 1],
-                                       o_acc[mt][2 * kC + 1][2 * kH + 1]));
+              make_uint2(ptx::pack2<T>(o_acc[mt][2 * c][2 * h], o_acc[mt][2 * c + 1][2 * h]),
+                         ptx::pack2<T>(o_acc[mt][2 * c][2 * h + 1],
+                                       o_acc[mt][2 * c + 1][2 * h + 1]));
         });
       } else {
-        static_for<Tr::kDTiles>([&](auto dn) {
-          int const col = decltype(dn)::value * 8;
+        unrolled_for<Tr::kDTiles>([&](int dn) {
+          int const col = dn * 8;
           *reinterpret_cast<uint32_t*>(sQ + tile_offset<C.B_r, C.swizzled>(row, col) + 2 * t) =
-              ptx::pack2<T>(o_acc[mt][dn][2 * kH], o_acc[mt][dn][2 * kH + 1]);
+              ptx::pack2<T>(o_acc[mt][dn][2 * h], o_acc[mt][dn][2 * h + 1]);
         });
       }
     });
@@ -157,18 +153,17 @@ __device__ __forceinline__ void store_tile(
   int const row0 = tid / 8;
   int const col0 = (tid % 8) * 8;
   uint32_t const src = ptx::smem_addr(sQ) + 2 * tile_offset<C.B_r, C.swizzled>(row0, col0);
-  static_for<kPasses>([&](auto i) {
-    constexpr int kRow = decltype(i)::value * Tr::kCopyRows;
-    int const r = row0 + kRow;
+  unrolled_for<kPasses>([&](int i) {
+    int const row_step = i * Tr::kCopyRows;
+    int const r = row0 + row_step;
     if (r < q_rows) {
       T* dst = o_base + int64_t(query_of(r)) * p.o_seq_stride + int64_t(head_of(r)) * p.o_head_stride + col0;
-      static_for<Tr::kSlabs>([&](auto sl) {
-        constexpr int kCol = decltype(sl)::value * 64;
+      unrolled_for<Tr::kSlabs>([&](int sl) {
         // Nothing past the caller's last column (below the kernel's only in the general
         // instantiation: needs_general).
-        if (kGeneral && kCol + col0 >= p.head_dim_v) return;
-        *reinterpret_cast<uint4*>(dst + kCol) =
-            ptx::ld_shared_16(src + 2 * (kCol / 64 * C.B_r * 64 + kRow * 64));
+        if (kGeneral && sl * 64 + col0 >= p.head_dim_v) return;
+        *reinterpret_cast<uint4*>(dst + sl * 64) =
+            ptx::ld_shared_16(src + 2 * (sl * C.B_r * 64 + row_step * 64));
       });
     }
   });

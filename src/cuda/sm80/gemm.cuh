@@ -13,19 +13,15 @@ __device__ __forceinline__ void pipelined_gemm(Load&& load, Mma&& mma) {
   static_assert(kSteps % kGroup == 0);
   constexpr int kGroups = kSteps / kGroup;
   if constexpr (kDoubleBuffer) {
-    static_for<kGroup>([&](auto i) { load(i); });
-    static_for<kGroups>([&](auto g) {
-      constexpr int kG = decltype(g)::value;
-      if constexpr (kG + 1 < kGroups) {
-        static_for<kGroup>([&](auto i) { load(Int<(kG + 1) * kGroup + decltype(i)::value>{}); });
-      }
-      static_for<kGroup>([&](auto i) { mma(Int<kG * kGroup + decltype(i)::value>{}); });
+    unrolled_for<kGroup>([&](int i) { load(i); });
+    unrolled_for<kGroups>([&](int g) {
+      if (g + 1 < kGroups) unrolled_for<kGroup>([&](int i) { load((g + 1) * kGroup + i); });
+      unrolled_for<kGroup>([&](int i) { mma(g * kGroup + i); });
     });
   } else {
-    static_for<kGroups>([&](auto g) {
-      constexpr int kG = decltype(g)::value;
-      static_for<kGroup>([&](auto i) { load(Int<kG * kGroup + decltype(i)::value>{}); });
-      static_for<kGroup>([&](auto i) { mma(Int<kG * kGroup + decltype(i)::value>{}); });
+    unrolled_for<kGroups>([&](int g) {
+      unrolled_for<kGroup>([&](int i) { load(g * kGroup + i); });
+      unrolled_for<kGroup>([&](int i) { mma(g * kGroup + i); });
     });
   }
 }

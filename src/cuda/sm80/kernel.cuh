@@ -156,15 +156,15 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   int page_of[kGeneral ? kKvPasses : 1];
   int row_in_page[kGeneral ? kKvPasses : 1];
   auto look_up_pages = [&](int block) {
-    static_for<kKvPasses>([&](auto i) {
-      int const key = block * C.B_c + decltype(i)::value * (kDirect ? 8 : Tr::kCopyRows) +
+    unrolled_for<kKvPasses>([&](int i) {
+      int const key = block * C.B_c + i * (kDirect ? 8 : Tr::kCopyRows) +
                       (kDirect ? warp_key0 + lane / 4 : tid / 8);
       int const safe = min(key, max(seq.sk - 1, 0));  // rows past the end are never copied
       page_of[i] = pages[safe / p.page_size];
       row_in_page[i] = safe % p.page_size;
     });
   };
-  auto kv_row_ptr = [&](KvElem const* base, int64_t batch_stride, int64_t seq_stride, auto i, int key) {
+  auto kv_row_ptr = [&](KvElem const* base, int64_t batch_stride, int64_t seq_stride, int i, int key) {
     if constexpr (kGeneral) {
       if (paged) {
         int const page = min(max(page_of[i], 0), p.num_pages - 1);
@@ -196,7 +196,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   auto kv_rows = [&](int block) { return seq.sk - block * C.B_c; };
   auto load_k = [&](int block) {
     int const key0 = block * C.B_c;
-    auto const row_ptr = [&](auto i, int r) { return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r); };
+    auto const row_ptr = [&](int i, int r) { return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r); };
     if constexpr (kE4M3Kv) {
       load_block_e4m3<C, C.B_c>(stage_k, row_ptr, static_cast<uint8_t const*>(p.k), tid, kv_rows(block), head_dim);
     } else {
@@ -206,7 +206,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   };
   auto load_v = [&](int block) {
     int const key0 = block * C.B_c;
-    auto const row_ptr = [&](auto i, int r) { return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r); };
+    auto const row_ptr = [&](int i, int r) { return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r); };
     if constexpr (kE4M3Kv) {
       load_block_e4m3<C, C.B_c>(stage_v, row_ptr, static_cast<uint8_t const*>(p.v), tid, kv_rows(block), head_dim_v);
     } else {
@@ -221,10 +221,10 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     if constexpr (kDirect) {
       int const key0 = block * C.B_c;
       uint32_t const k_tile = stages + uint32_t(stage) * 2 * kTileBytes;
-      auto const k_row = [&](auto i, int r) {
+      auto const k_row = [&](int i, int r) {
         return kv_row_ptr(k_base, p.k_batch_stride, p.k_seq_stride, i, key0 + r);
       };
-      auto const v_row = [&](auto i, int r) {
+      auto const v_row = [&](int i, int r) {
         return kv_row_ptr(v_base, p.v_batch_stride, p.v_seq_stride, i, key0 + r);
       };
       load_warp_rows_e4m3<C, C.B_c, kWarpKeys>(k_tile, k_row, static_cast<uint8_t const*>(p.k),
@@ -301,10 +301,9 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
   uint32_t q_frag[Tr::kDSteps][kMT][4];
   LdsmAddress<C.B_r, C.swizzled> const q_addr(ptx::smem_addr(sQ), q_ld_row, q_ld_col);
-  auto load_q = [&](auto kt) {
-    static_for<kMT>([&](auto mt) {
-      ptx::ldmatrix_x4(q_frag[kt][mt],
-                       q_addr.template at<decltype(mt)::value * 16, decltype(kt)::value * 16>());
+  auto load_q = [&](int kt) {
+    unrolled_for<kMT>([&](int mt) {
+      ptx::ldmatrix_x4(q_frag[kt][mt], q_addr.at(mt * 16, kt * 16));
     });
   };
   LdsmAddress<C.B_c, C.swizzled> const k_addr(ptx::smem_addr(sK), k_ld_row, k_ld_col);
@@ -317,7 +316,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
                                        lane / kKeyRowsPerLd);
   E4M3LdsmAddress<C.B_c> const ev_addr(stages + kTileBytes, warp_key0 + lane % 16, lane / 16);
   if constexpr (kDirect) {
-    static_for<Tr::kDSteps>(load_q);  // resident: a decode tile's one m16 tile per warp
+    unrolled_for<Tr::kDSteps>(load_q);  // resident: a decode tile's one m16 tile per warp
   } else if constexpr (Tr::kQResident) {
     if (kE4M3Kv && n_visit > 0) {
       wait_loads<C, 2>();  // Q landed; K[0] and V[0] may still be in flight
@@ -327,7 +326,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       wait_loads<C, 0>();
     }
     __syncthreads();
-    static_for<Tr::kDSteps>(load_q);
+    unrolled_for<Tr::kDSteps>(load_q);
   }
 
   // Accumulator row (mt, h) of this lane within the tile; rows past the tile's end act as the
@@ -338,8 +337,8 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   // The factor of each accumulator row's scores: k_descale, times the row's power of two where
   // its bf16 queries were scaled into fp16.
   float score_mul[kMT][2];
-  static_for<kMT>([&](auto mt) {
-    static_for<2>([&](auto h) {
+  unrolled_for<kMT>([&](int mt) {
+    unrolled_for<2>([&](int h) {
       score_mul[mt][h] = k_descale;
       if constexpr (kQToFp16) score_mul[mt][h] *= row_scale[tile_row(mt, h)];
     });
@@ -348,7 +347,7 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
   float o_acc[kMT][Tr::kDTiles][4] = {};
   float row_max[kMT][2];
   float row_sum[kMT][2] = {};
-  static_for<kMT>([&](auto mt) {
+  unrolled_for<kMT>([&](int mt) {
     row_max[mt][0] = -INFINITY;
     row_max[mt][1] = -INFINITY;
   });
@@ -389,12 +388,9 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     float s[kMT][kKT][4] = {};
     // The header's scores q . k * k_descale, before any scale, softcap or mask.
     auto const apply_k_descale = [&] {
-      static_for<kMT>([&](auto mt) {
-        static_for<kKT>([&](auto n) {
-          static_for<4>([&](auto e) {
-            constexpr int kE = decltype(e)::value;
-            s[mt][n][kE] *= score_mul[mt][kE / 2];
-          });
+      unrolled_for<kMT>([&](int mt) {
+        unrolled_for<kKT>([&](int n) {
+          unrolled_for<4>([&](int e) { s[mt][n][e] *= score_mul[mt][e / 2]; });
         });
       });
     };
@@ -403,37 +399,34 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       // step: q_for_mma ordered Q to match), decoded into the B fragment's two pairs.
       constexpr int kStepsPerLd = kKeyRowsPerLd == 32 ? 1 : 2;
       static_assert(Tr::kDSteps % kStepsPerLd == 0 && 32 / kKeyRowsPerLd == kStepsPerLd, "x4");
-      static_for<Tr::kDSteps / kStepsPerLd>([&](auto ld) {
-        constexpr int kStep0 = decltype(ld)::value * kStepsPerLd;
+      unrolled_for<Tr::kDSteps / kStepsPerLd>([&](int ld) {
+        int const step0 = ld * kStepsPerLd;
         uint32_t r[4];
-        ptx::ldmatrix_x4(r, ek_addr.template at<0, kStep0>() + stage_off);
-        static_for<4>([&](auto m) {
-          constexpr int kM = decltype(m)::value;
-          uint2 const b = ptx::e4m3x4_to<__half>(r[kM]);
+        ptx::ldmatrix_x4(r, ek_addr.at(0, step0) + stage_off);
+        unrolled_for<4>([&](int m) {
+          uint2 const b = ptx::e4m3x4_to<__half>(r[m]);
           uint32_t const frag[2] = {b.x, b.y};
-          ptx::mma_m16n8k16<M>(s[0][kM % kKT], q_frag[kStep0 + kM / kKT][0], frag);
+          ptx::mma_m16n8k16<M>(s[0][m % kKT], q_frag[step0 + m / kKT][0], frag);
         });
       });
       apply_k_descale();
     } else if (warp_active) {
       uint32_t k_frag[Tr::kDSteps][kKT][2];
       pipelined_gemm<Tr::kDSteps, Tr::kQKGroup, C.mma_double_buffer_loads>(
-          [&](auto kt) {
+          [&](int kt) {
             if constexpr (!Tr::kQResident) load_q(kt);
-            static_for<kKT / 2>([&](auto np) {
+            unrolled_for<kKT / 2>([&](int np) {
               uint32_t r[4];
-              ptx::ldmatrix_x4(
-                  r, k_addr.template at<decltype(np)::value * 16, decltype(kt)::value * 16>() +
-                         kv_off);
+              ptx::ldmatrix_x4(r, k_addr.at(np * 16, kt * 16) + kv_off);
               k_frag[kt][2 * np][0] = r[0];
               k_frag[kt][2 * np][1] = r[1];
               k_frag[kt][2 * np + 1][0] = r[2];
               k_frag[kt][2 * np + 1][1] = r[3];
             });
           },
-          [&](auto kt) {
-            static_for<kKT>([&](auto n) {
-              static_for<kMT>([&](auto mt) {
+          [&](int kt) {
+            unrolled_for<kKT>([&](int n) {
+              unrolled_for<kMT>([&](int mt) {
                 ptx::mma_m16n8k16<M>(s[mt][n], q_frag[kt][mt], k_frag[kt][n]);
               });
             });
@@ -498,13 +491,12 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     // P as A fragments: accumulator tiles 2j and 2j+1 of an m16 row tile are exactly the A operand
     // of k16 step j.
     uint32_t p_frag[kKSteps][kMT][4];
-    static_for<kKSteps>([&](auto j) {
-      static_for<kMT>([&](auto mt) {
-        constexpr int kJ = decltype(j)::value;
-        p_frag[j][mt][0] = ptx::pack2<M>(s[mt][2 * kJ][0], s[mt][2 * kJ][1]);
-        p_frag[j][mt][1] = ptx::pack2<M>(s[mt][2 * kJ][2], s[mt][2 * kJ][3]);
-        p_frag[j][mt][2] = ptx::pack2<M>(s[mt][2 * kJ + 1][0], s[mt][2 * kJ + 1][1]);
-        p_frag[j][mt][3] = ptx::pack2<M>(s[mt][2 * kJ + 1][2], s[mt][2 * kJ + 1][3]);
+    unrolled_for<kKSteps>([&](int j) {
+      unrolled_for<kMT>([&](int mt) {
+        p_frag[j][mt][0] = ptx::pack2<M>(s[mt][2 * j][0], s[mt][2 * j][1]);
+        p_frag[j][mt][1] = ptx::pack2<M>(s[mt][2 * j][2], s[mt][2 * j][3]);
+        p_frag[j][mt][2] = ptx::pack2<M>(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+        p_frag[j][mt][3] = ptx::pack2<M>(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
       });
     });
 
@@ -513,21 +505,18 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
       // An ldmatrix.x4.trans register of e4m3 bytes holds keys 2t and 2t + 1 at columns 2g and
       // 2g + 1 of a 16-column group: byte-permuted, the B fragments of the group's even columns
       // (n8 tile 2c) and odd ones (2c + 1); store_tile<kPairedD> writes them back in order.
-      static_for<kKSteps>([&](auto j) {
-        static_for<Tr::kDSteps / 2>([&](auto cp) {
+      unrolled_for<kKSteps>([&](int j) {
+        unrolled_for<Tr::kDSteps / 2>([&](int cp) {
           uint32_t r[4];
-          ptx::ldmatrix_x4_trans(
-              r, ev_addr.template at<16 * decltype(j)::value, 2 * decltype(cp)::value>() +
-                     stage_off);
-          static_for<2>([&](auto h) {
-            constexpr int kC = 2 * decltype(cp)::value + decltype(h)::value;
-            constexpr int kH = decltype(h)::value;
-            uint2 const lo = ptx::e4m3x4_to<__half>(__byte_perm(r[2 * kH], 0u, 0x3120));
-            uint2 const hi = ptx::e4m3x4_to<__half>(__byte_perm(r[2 * kH + 1], 0u, 0x3120));
+          ptx::ldmatrix_x4_trans(r, ev_addr.at(16 * j, 2 * cp) + stage_off);
+          unrolled_for<2>([&](int h) {
+            int const c = 2 * cp + h;
+            uint2 const lo = ptx::e4m3x4_to<__half>(__byte_perm(r[2 * h], 0u, 0x3120));
+            uint2 const hi = ptx::e4m3x4_to<__half>(__byte_perm(r[2 * h + 1], 0u, 0x3120));
             uint32_t const even[2] = {lo.x, hi.x};
             uint32_t const odd[2] = {lo.y, hi.y};
-            ptx::mma_m16n8k16<M>(o_acc[0][2 * kC], p_frag[j][0], even);
-            ptx::mma_m16n8k16<M>(o_acc[0][2 * kC + 1], p_frag[j][0], odd);
+            ptx::mma_m16n8k16<M>(o_acc[0][2 * c], p_frag[j][0], even);
+            ptx::mma_m16n8k16<M>(o_acc[0][2 * c + 1], p_frag[j][0], odd);
           });
         });
       });
@@ -536,21 +525,19 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     }
     uint32_t v_frag[kKSteps][Tr::kDTiles][2];
     pipelined_gemm<kKSteps, kPVGroup, C.mma_double_buffer_loads>(
-        [&](auto kt) {
-          static_for<Tr::kDTiles / 2>([&](auto dp) {
+        [&](int kt) {
+          unrolled_for<Tr::kDTiles / 2>([&](int dp) {
             uint32_t r[4];
-            ptx::ldmatrix_x4_trans(
-                r, v_addr.template at<decltype(kt)::value * 16, decltype(dp)::value * 16>() +
-                       kv_off);
+            ptx::ldmatrix_x4_trans(r, v_addr.at(kt * 16, dp * 16) + kv_off);
             v_frag[kt][2 * dp][0] = r[0];
             v_frag[kt][2 * dp][1] = r[1];
             v_frag[kt][2 * dp + 1][0] = r[2];
             v_frag[kt][2 * dp + 1][1] = r[3];
           });
         },
-        [&](auto kt) {
-          static_for<Tr::kDTiles>([&](auto dn) {
-            static_for<kMT>([&](auto mt) {
+        [&](int kt) {
+          unrolled_for<Tr::kDTiles>([&](int dn) {
+            unrolled_for<kMT>([&](int mt) {
               ptx::mma_m16n8k16<M>(o_acc[mt][dn], p_frag[kt][mt], v_frag[kt][dn]);
             });
           });
@@ -573,9 +560,9 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
 
   if constexpr (kE4M3Kv) {
     // O = v_descale * (P V); the LSE does not depend on V.
-    static_for<kMT>([&](auto mt) {
-      static_for<Tr::kDTiles>([&](auto dn) {
-        static_for<4>([&](auto e) { o_acc[mt][dn][decltype(e)::value] *= v_descale; });
+    unrolled_for<kMT>([&](int mt) {
+      unrolled_for<Tr::kDTiles>([&](int dn) {
+        unrolled_for<4>([&](int e) { o_acc[mt][dn][e] *= v_descale; });
       });
     });
   }
@@ -590,35 +577,31 @@ __device__ __forceinline__ void forward_block(ForwardParams const& p) {
     __syncthreads();
     if (warp > 0) {
       float* const mine = slots + (warp - 1) * kSlots * 32 + lane;
-      static_for<2>([&](auto h) {
-        mine[decltype(h)::value * 32] = row_max[0][decltype(h)::value];
-        mine[(2 + decltype(h)::value) * 32] = row_sum[0][decltype(h)::value];
+      unrolled_for<2>([&](int h) {
+        mine[h * 32] = row_max[0][h];
+        mine[(2 + h) * 32] = row_sum[0][h];
       });
-      static_for<Tr::kDTiles>([&](auto dn) {
-        static_for<4>([&](auto e) {
-          mine[(4 + decltype(dn)::value * 4 + decltype(e)::value) * 32] = o_acc[0][dn][e];
-        });
+      unrolled_for<Tr::kDTiles>([&](int dn) {
+        unrolled_for<4>([&](int e) { mine[(4 + dn * 4 + e) * 32] = o_acc[0][dn][e]; });
       });
     }
     __syncthreads();
     if (warp == 0) {
       for (int w = 1; w < kKS; ++w) {
         float const* const theirs = slots + (w - 1) * kSlots * 32 + lane;
-        static_for<2>([&](auto h) {
-          constexpr int kH = decltype(h)::value;
-          float const m0 = row_max[0][kH], m1 = theirs[kH * 32];
+        unrolled_for<2>([&](int h) {
+          float const m0 = row_max[0][h], m1 = theirs[h * 32];
           float const top = fmaxf(m0, m1);
           // A side that saw no visible key (max -inf) has sum 0 and O 0: weight 0.
           float const c = p.score_scale_log2;
           float const f0 = m0 == -INFINITY ? 0.f : ptx::exp2_approx(m0 * c - top * c);
           float const f1 = m1 == -INFINITY ? 0.f : ptx::exp2_approx(m1 * c - top * c);
-          row_max[0][kH] = top;
-          row_sum[0][kH] = row_sum[0][kH] * f0 + theirs[(2 + kH) * 32] * f1;
-          static_for<Tr::kDTiles>([&](auto dn) {
-            static_for<2>([&](auto e) {
-              constexpr int kE = 2 * kH + decltype(e)::value;
-              o_acc[0][dn][kE] =
-                  o_acc[0][dn][kE] * f0 + theirs[(4 + decltype(dn)::value * 4 + kE) * 32] * f1;
+          row_max[0][h] = top;
+          row_sum[0][h] = row_sum[0][h] * f0 + theirs[(2 + h) * 32] * f1;
+          unrolled_for<Tr::kDTiles>([&](int dn) {
+            unrolled_for<2>([&](int e) {
+              int const slot = 2 * h + e;
+              o_acc[0][dn][slot] = o_acc[0][dn][slot] * f0 + theirs[(4 + dn * 4 + slot) * 32] * f1;
             });
           });
         });

@@ -35,18 +35,17 @@ __device__ __forceinline__ void transform_and_mask(
     SlopeAt const& slope_at) {
   using Tr = Traits<C>;
   constexpr int kMT = Tr::kMTiles;
-  static_for<kMT>([&](auto mt) {
-    static_for<2>([&](auto h) {
-      constexpr int kH = decltype(h)::value;
-      int const query = query_at(decltype(mt)::value, kH);
+  unrolled_for<kMT>([&](int mt) {
+    unrolled_for<2>([&](int h) {
+      int const query = query_at(mt, h);
       KeyBounds const b = key_bounds(p, seq, query);
       int64_t const diag = int64_t(query) + seq.sk - seq.sq;
       float slope = 0.f;
-      if (transform && p.alibi != 0) slope = slope_at(decltype(mt)::value, kH);
-      static_for<kKeyTiles>([&](auto n) {
-        static_for<2>([&](auto e) {
-          int const key = key0 + decltype(n)::value * 8 + 2 * t + decltype(e)::value;
-          float& x = s[mt][n][2 * kH + decltype(e)::value];
+      if (transform && p.alibi != 0) slope = slope_at(mt, h);
+      unrolled_for<kKeyTiles>([&](int n) {
+        unrolled_for<2>([&](int e) {
+          int const key = key0 + n * 8 + 2 * t + e;
+          float& x = s[mt][n][2 * h + e];
           if (transform) {
             float y = x * p.softmax_scale;
             if (p.softcap > 0.f) y = p.softcap * tanhf(y * p.inv_softcap);

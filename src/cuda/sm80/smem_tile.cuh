@@ -17,11 +17,12 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 // One lane's ldmatrix addresses in a tile of kRows rows, with the swizzle resolved up front.
 //
 // A lane addresses row r0 + R and column c0 + C, where (r0, c0) is its own offset (c0 is 0 or 8)
-// and (R, C) a compile-time step with R % 8 == 0 and C % 16 == 0. The swizzled 16-byte chunk is
-// ((C % 64) / 8 + c0 / 8) ^ (r0 % 8); C only moves chunk bits 1 and 2, so the four addresses for
-// (C % 64) / 16 = 0..3 are computed once, and every ldmatrix becomes base + a constant that folds
-// into its immediate offset. Computing the XOR per instruction instead cost about 4 integer
-// instructions per ldmatrix (the PTX of a (64, 64) kernel had 8 adds and shifts per mma).
+// and (R, C) a step with R % 8 == 0 and C % 16 == 0, constant in the caller's unrolled loops. The
+// swizzled 16-byte chunk is ((C % 64) / 8 + c0 / 8) ^ (r0 % 8); C only moves chunk bits 1 and 2,
+// so the four addresses for (C % 64) / 16 = 0..3 are computed once, and every ldmatrix becomes
+// base + a constant that folds into its immediate offset. Computing the XOR per instruction
+// instead cost about 4 integer instructions per ldmatrix (the PTX of a (64, 64) kernel had 8
+// adds and shifts per mma).
 template <int kRows, bool kSwizzled>
 struct LdsmAddress {
   uint32_t base[4];
@@ -30,10 +31,8 @@ struct LdsmAddress {
 #pragma unroll
     for (int j = 0; j < 4; ++j) base[j] = tile + 2 * tile_offset<kRows, kSwizzled>(r0, 16 * j + c0);
   }
-  template <int kRowStep, int kColStep>
-  __device__ __forceinline__ uint32_t at() const {
-    static_assert(kRowStep % 8 == 0 && kColStep % 16 == 0, "steps keep the lane's swizzle");
-    return base[(kColStep % 64) / 16] + 2 * ((kColStep / 64) * kRows * 64 + kRowStep * 64);
+  __device__ __forceinline__ uint32_t at(int row_step, int col_step) const {
+    return base[(col_step % 64) / 16] + 2 * ((col_step / 64) * kRows * 64 + row_step * 64);
   }
 };
 
@@ -57,43 +56,43 @@ __device__ __forceinline__ void load_tile(typename Traits<C>::T* smem, RowPtr co
   int const row0 = tid / 8;
   int const col0 = (tid % 8) * 8;
   uint32_t const dst = ptx::smem_addr(smem) + 2 * tile_offset<kRows, C.swizzled>(row0, col0);
-  auto dst_at = [&](auto s, auto i) {
-    return dst + 2 * (decltype(s)::value * kRows * 64 + decltype(i)::value * Tr::kCopyRows * 64);
+  auto dst_at = [&](int s, int i) {
+    return dst + 2 * (s * kRows * 64 + i * Tr::kCopyRows * 64);
   };
-  auto in_bounds = [&](auto i) { return !kBounded || row0 + decltype(i)::value * Tr::kCopyRows < rows; };
-  auto in_head = [&](auto s) { return col0 + decltype(s)::value * 64 < head_dim; };
+  auto in_bounds = [&](int i) { return !kBounded || row0 + i * Tr::kCopyRows < rows; };
+  auto in_head = [&](int s) { return col0 + s * 64 < head_dim; };
   bool const whole_rows = head_dim >= C.d_head;  // uniform: the usual case takes no predicate
   // Pass by pass: each row's address (a page lookup for a paged cache) is formed once and
   // serves every slab, and only one is live at a time; an array of them would hold 2 registers
   // per pass through the copy, which the key loop (register-bound at 255) cannot spare.
-  auto src_of = [&](auto i) {
-    return in_bounds(i) ? row_ptr(i, row0 + decltype(i)::value * Tr::kCopyRows) + col0 : any_valid;
+  auto src_of = [&](int i) {
+    return in_bounds(i) ? row_ptr(i, row0 + i * Tr::kCopyRows) + col0 : any_valid;
   };
   if constexpr (C.async_copy) {
-    static_for<kPasses>([&](auto i) {
+    unrolled_for<kPasses>([&](int i) {
       T const* const src = src_of(i);
-      static_for<Tr::kSlabs>([&](auto s) {
+      unrolled_for<Tr::kSlabs>([&](int s) {
         if (kBounded || !whole_rows) {
-          ptx::cp_async_16_zfill(dst_at(s, i), src + decltype(s)::value * 64,
+          ptx::cp_async_16_zfill(dst_at(s, i), src + s * 64,
                                  in_bounds(i) && in_head(s));
         } else {
-          ptx::cp_async_16(dst_at(s, i), src + decltype(s)::value * 64);
+          ptx::cp_async_16(dst_at(s, i), src + s * 64);
         }
       });
     });
   } else {
     // Synchronous: all loads are issued before the first store so they overlap in flight.
     uint4 staged[Tr::kSlabs][kPasses];
-    static_for<kPasses>([&](auto i) {
+    unrolled_for<kPasses>([&](int i) {
       T const* const src = src_of(i);
-      static_for<Tr::kSlabs>([&](auto s) {
+      unrolled_for<Tr::kSlabs>([&](int s) {
         staged[s][i] = in_bounds(i) && in_head(s)
-                           ? *reinterpret_cast<uint4 const*>(src + decltype(s)::value * 64)
+                           ? *reinterpret_cast<uint4 const*>(src + s * 64)
                            : make_uint4(0, 0, 0, 0);
       });
     });
-    static_for<Tr::kSlabs>([&](auto s) {
-      static_for<kPasses>([&](auto i) { ptx::st_shared_16(dst_at(s, i), staged[s][i]); });
+    unrolled_for<Tr::kSlabs>([&](int s) {
+      unrolled_for<kPasses>([&](int i) { ptx::st_shared_16(dst_at(s, i), staged[s][i]); });
     });
   }
 }
@@ -137,15 +136,14 @@ __device__ __forceinline__ void load_tile_e4m3(uint32_t staging, RowPtr const& r
   static_assert(C.async_copy, "e4m3 tiles are staged with cp.async");
   constexpr int kPasses = kRows / Tr::kCopyRows;
   int const row0 = tid / 8;
-  static_for<kPasses>([&](auto i) {
-    constexpr int kI = decltype(i)::value;
-    bool const in_rows = !kBounded || row0 + kI * Tr::kCopyRows < rows;
-    uint8_t const* const src = in_rows ? row_ptr(i, row0 + kI * Tr::kCopyRows) : any_valid;
-    static_for<E::kSlots>([&](auto m) {
-      int const col = 16 * (tid % 8 + 8 * decltype(m)::value);
+  unrolled_for<kPasses>([&](int i) {
+    bool const in_rows = !kBounded || row0 + i * Tr::kCopyRows < rows;
+    uint8_t const* const src = in_rows ? row_ptr(i, row0 + i * Tr::kCopyRows) : any_valid;
+    unrolled_for<E::kSlots>([&](int m) {
+      int const col = 16 * (tid % 8 + 8 * m);
       if (col < C.d_head) {
         int const bytes = in_rows ? max(0, min(16, head_dim - col)) : 0;
-        ptx::cp_async_16_bytes(staging + 16 * ((kI * E::kSlots + decltype(m)::value) * Tr::kThreads + tid),
+        ptx::cp_async_16_bytes(staging + 16 * ((i * E::kSlots + m) * Tr::kThreads + tid),
                                bytes > 0 ? src + col : any_valid, bytes);
       }
     });
@@ -171,8 +169,8 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
   // every thread's first store at 2j two of them met in each bank group (ncu, H200 decode:
   // 2.1 wavefronts per shared store against 1), and with the swap the 8 are distinct.
   bool const swap = tid % 8 >= 4;
-  static_for<E::kSlots>([&](auto m) {
-    int const col = 16 * (tid % 8 + 8 * decltype(m)::value);
+  unrolled_for<E::kSlots>([&](int m) {
+    int const col = 16 * (tid % 8 + 8 * m);
     if (col < C.d_head) {
       // The two 16-bit chunks of this e4m3 chunk, in the order this thread writes them, and
       // the 8 staged bytes each comes from; a pass moves the row by kCopyRows (a multiple of
@@ -181,28 +179,27 @@ __device__ __forceinline__ void convert_tile_e4m3(typename Traits<C>::T* smem, u
       uint32_t const hi = tile + 2 * tile_offset<kRows, C.swizzled>(row0, col + 8);
       uint32_t const first = swap ? hi : lo, second = swap ? lo : hi;
       uint32_t const from =
-          staging + 16 * (decltype(m)::value * Tr::kThreads + tid) + (swap ? 8u : 0u);
+          staging + 16 * (m * Tr::kThreads + tid) + (swap ? 8u : 0u);
       constexpr uint32_t kPassBytes = 16 * E::kSlots * Tr::kThreads;
-      static_for<kPasses / kBatch>([&](auto g) {
+      unrolled_for<kPasses / kBatch>([&](int g) {
         uint32_t word[kBatch][4];
-        static_for<kBatch>([&](auto b) {
-          constexpr uint32_t kAt = (decltype(g)::value * kBatch + decltype(b)::value) * kPassBytes;
+        unrolled_for<kBatch>([&](int b) {
+          uint32_t const at = (g * kBatch + b) * kPassBytes;
           asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                        : "=r"(word[b][0]), "=r"(word[b][1])
-                       : "r"(from + kAt));
+                       : "r"(from + at));
           asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                        : "=r"(word[b][2]), "=r"(word[b][3])
-                       : "r"((from ^ 8u) + kAt));
+                       : "r"((from ^ 8u) + at));
         });
-        static_for<kBatch>([&](auto b) {
-          constexpr int kI = decltype(g)::value * kBatch + decltype(b)::value;
-          constexpr uint32_t kStep = 2 * kI * Tr::kCopyRows * 64;
+        unrolled_for<kBatch>([&](int b) {
+          uint32_t const step = 2 * (g * kBatch + b) * Tr::kCopyRows * 64;
           uint2 const p0 = ptx::e4m3x4_to<M>(word[b][0]);
           uint2 const p1 = ptx::e4m3x4_to<M>(word[b][1]);
           uint2 const p2 = ptx::e4m3x4_to<M>(word[b][2]);
           uint2 const p3 = ptx::e4m3x4_to<M>(word[b][3]);
-          ptx::st_shared_16(first + kStep, make_uint4(p0.x, p0.y, p1.x, p1.y));
-          ptx::st_shared_16(second + kStep, make_uint4(p2.x, p2.y, p3.x, p3.y));
+          ptx::st_shared_16(first + step, make_uint4(p0.x, p0.y, p1.x, p1.y));
+          ptx::st_shared_16(second + step, make_uint4(p2.x, p2.y, p3.x, p3.y));
         });
       });
     }
@@ -233,9 +230,10 @@ __device__ __forceinline__ uint32_t e4m3_tile_offset(int row, int chunk) {
   return uint32_t((chunk / 4) * (kRows * 64) + row * 64 + (((chunk % 4) ^ ((row / 2) % 4)) * 16));
 }
 
-// One lane's ldmatrix addresses in such a tile: row r0 + R and chunk c0 + C for a compile-time
-// step (R, C) with R % 8 == 0 (keeps (r / 2) % 4) and (C % 4) + c0 <= 3 (c0 is 0, or 1 with C
-// even), so every address is one of four bases plus a constant.
+// One lane's ldmatrix addresses in such a tile: row r0 + R and chunk c0 + C for a step (R, C),
+// constant in the caller's unrolled loops, with R % 8 == 0 (keeps (r / 2) % 4) and
+// (C % 4) + c0 <= 3 (c0 is 0, or 1 with C even), so every address is one of four bases plus a
+// constant.
 template <int kRows>
 struct E4M3LdsmAddress {
   uint32_t base[4];
@@ -246,10 +244,8 @@ struct E4M3LdsmAddress {
       base[j] = tile + r0 * 64 + ((min(j + c0, 3) ^ ((r0 / 2) % 4)) * 16);
     }
   }
-  template <int kRowStep, int kChunk>
-  __device__ __forceinline__ uint32_t at() const {
-    static_assert(kRowStep % 8 == 0, "row steps keep the lane's swizzle");
-    return base[kChunk % 4] + (kChunk / 4) * (kRows * 64) + kRowStep * 64;
+  __device__ __forceinline__ uint32_t at(int row_step, int chunk) const {
+    return base[chunk % 4] + (chunk / 4) * (kRows * 64) + row_step * 64;
   }
 };
 
@@ -263,12 +259,12 @@ __device__ __forceinline__ void load_warp_rows_e4m3(uint32_t tile, RowPtr const&
                                                     uint8_t const* any_valid, int first, int lane,
                                                     int rows, int head_dim) {
   static_assert(kWarpRows % 8 == 0 && C.d_head % 64 == 0, "8-row passes, whole slabs");
-  static_for<kWarpRows / 8>([&](auto i) {
-    int const r = first + lane / 4 + 8 * decltype(i)::value;
+  unrolled_for<kWarpRows / 8>([&](int i) {
+    int const r = first + lane / 4 + 8 * i;
     bool const in_rows = r < rows;
     uint8_t const* const src = in_rows ? row_ptr(i, r) : any_valid;
-    static_for<C.d_head / 64>([&](auto s) {
-      int const chunk = 4 * decltype(s)::value + lane % 4;
+    unrolled_for<C.d_head / 64>([&](int s) {
+      int const chunk = 4 * s + lane % 4;
       int const bytes = in_rows ? max(0, min(16, head_dim - 16 * chunk)) : 0;
       ptx::cp_async_16_bytes(tile + e4m3_tile_offset<kRows>(r, chunk),
                              bytes > 0 ? src + 16 * chunk : any_valid, bytes);

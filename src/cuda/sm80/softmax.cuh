@@ -20,40 +20,39 @@ __device__ __forceinline__ void online_softmax(
     float (&o_acc)[Traits<C>::kMTiles][Traits<C>::kDTiles][4]) {
   using Tr = Traits<C>;
   constexpr int kMT = Tr::kMTiles;
-  static_for<kMT>([&](auto mt) {
-    static_for<2>([&](auto h) {
-      constexpr int kH = decltype(h)::value;
+  unrolled_for<kMT>([&](int mt) {
+    unrolled_for<2>([&](int h) {
       float block_max = -INFINITY;
-      static_for<kKeyTiles>([&](auto n) {
-        block_max = fmaxf(block_max, fmaxf(s[mt][n][2 * kH], s[mt][n][2 * kH + 1]));
+      unrolled_for<kKeyTiles>([&](int n) {
+        block_max = fmaxf(block_max, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
       });
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-      float const new_max = kFirst ? block_max : fmaxf(row_max[mt][kH], block_max);
+      float const new_max = kFirst ? block_max : fmaxf(row_max[mt][h], block_max);
       // A row that has seen no visible key yet keeps max -inf: exponentiate against 0 instead,
       // so its (all -inf) scores give 0 rather than exp2(-inf + inf) = NaN.
       float const max_scaled = new_max == -INFINITY ? 0.f : new_max * p.score_scale_log2;
       if constexpr (!kFirst) {
         // Without optimized_softmax the first block also comes here, with row_max = -inf: the
         // factor is 0, and O and l are still 0.
-        float const rescale = ptx::exp2_approx(row_max[mt][kH] * p.score_scale_log2 - max_scaled);
-        row_sum[mt][kH] *= rescale;
-        static_for<Tr::kDTiles>([&](auto dn) {
-          o_acc[mt][dn][2 * kH] *= rescale;
-          o_acc[mt][dn][2 * kH + 1] *= rescale;
+        float const rescale = ptx::exp2_approx(row_max[mt][h] * p.score_scale_log2 - max_scaled);
+        row_sum[mt][h] *= rescale;
+        unrolled_for<Tr::kDTiles>([&](int dn) {
+          o_acc[mt][dn][2 * h] *= rescale;
+          o_acc[mt][dn][2 * h + 1] *= rescale;
         });
       }
-      row_max[mt][kH] = new_max;
+      row_max[mt][h] = new_max;
       float sum = 0.f;
-      static_for<kKeyTiles>([&](auto n) {
-        static_for<2>([&](auto e) {
-          float& x = s[mt][n][2 * kH + decltype(e)::value];
+      unrolled_for<kKeyTiles>([&](int n) {
+        unrolled_for<2>([&](int e) {
+          float& x = s[mt][n][2 * h + e];
           x = ptx::exp2_approx(fmaf(x, p.score_scale_log2, -max_scaled));
           sum += x;
         });
       });
       // Partial sums stay per lane; the quad reduction happens once, in the epilogue.
-      row_sum[mt][kH] = kFirst ? sum : row_sum[mt][kH] + sum;
+      row_sum[mt][h] = kFirst ? sum : row_sum[mt][h] + sum;
     });
   });
 }
