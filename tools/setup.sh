@@ -32,6 +32,9 @@ fa_need python3 "generates the kernel instantiations at configure time" command 
 fa_need doctest-dev "the C++ tests' framework" test -f /usr/include/doctest/doctest.h
 fa_need pkg-config "the install test builds a consumer from flashattn.pc" command -v pkg-config
 if [[ $fa_setup_level == test ]]; then
+  fa_need ninja-build "generates the default build in tools/run_tests.sh (Make holds each \
+target's files until the targets it links are built, leaving one of CI's 2 cores idle)" \
+    command -v ninja
   fa_need cargo "builds the Rust bindings" command -v cargo
   # The crates the Rust bindings build with, offline from Debian's registry
   # (/usr/share/cargo/registry; tools/run_tests.sh points cargo at it). bindgen brings libclang.
