@@ -16,7 +16,8 @@
 // of --iters (3) such windows' mean times (one launch between two events with a wait would also
 // count the host's launch work, which back-to-back calls overlap; sweeps of every kernel pass a
 // shorter window). Without --kernel the context's own choice runs (what fa_forward() picks);
-// --all-kernels times every registered kernel of the dtype and head dim. --autotune runs
+// --all-kernels times every registered kernel of the dtype at the smallest built head dim that
+// holds each --head-dims value (a dim between the built ones: the kernels it can run on). --autotune runs
 // fa_autotune() at each point after timing the default choice, then times the tuned choice too.
 // --dtype e4m3 times the FP8 kernels: e4m3 Q, K and V (standard normal values rounded to e4m3,
 // descales 1), O in bf16.
@@ -262,11 +263,19 @@ int main(int argc, char** argv) {
       if (kc.d_head != d || kc.dtype != opt.dtype) continue;
       kernels.push_back(kc);
     } else if (opt.all_kernels) {
-      for (size_t i = 0; i < fa_kernel_count(); ++i) {
-        fa_kernel_config kc;
-        check(fa_kernel_config_init(&kc), "init");
-        check(fa_kernel_get(i, &kc), "fa_kernel_get");
-        if (kc.d_head == d && kc.dtype == opt.dtype) kernels.push_back(kc);
+      // The kernels of the smallest built head dim that holds d: d itself where it is built, else
+      // the one a dim between the built ones runs on (a narrow pair or the general instantiation).
+      std::vector<fa_kernel_config> all(fa_kernel_count());
+      int64_t at = 0;
+      for (size_t i = 0; i < all.size(); ++i) {
+        check(fa_kernel_config_init(&all[i]), "init");
+        check(fa_kernel_get(i, &all[i]), "fa_kernel_get");
+        if (all[i].dtype == opt.dtype && all[i].d_head >= d && (at == 0 || all[i].d_head < at)) {
+          at = all[i].d_head;
+        }
+      }
+      for (fa_kernel_config const& kc : all) {
+        if (kc.d_head == at && kc.dtype == opt.dtype) kernels.push_back(kc);
       }
     }
     bool const use_default = kernels.empty() && opt.kernel.empty() && !opt.all_kernels;
