@@ -17,8 +17,9 @@
 // count the host's launch work, which back-to-back calls overlap; sweeps of every kernel pass a
 // shorter window). Without --kernel the context's own choice runs (what fa_forward() picks);
 // --all-kernels times every registered kernel of the dtype at the smallest built head dim that
-// holds each --head-dims value (a dim between the built ones: the kernels it can run on). --autotune runs
-// fa_autotune() at each point after timing the default choice, then times the tuned choice too.
+// holds each --head-dims value (a dim between the built ones: the kernels it can run on).
+// --autotune runs fa_autotune() at each point after timing the default choice, then times the
+// tuned choice too.
 // --dtype e4m3 times the FP8 kernels: e4m3 Q, K and V (standard normal values rounded to e4m3,
 // descales 1), O in bf16.
 #include <cuda_runtime_api.h>

@@ -48,7 +48,8 @@ def sampler(path):
 
 
 def samples(path):
-    """[(seconds since the epoch, sm MHz, watts, throttle reasons or '')] from the sampler's file."""
+    """[(seconds since the epoch, SM MHz, watts, throttle reasons or '')] from the sampler's
+    file; lines it cannot read (a header, '[N/A]') are left out."""
     rows = []
     for line in Path(path).read_text().splitlines():
         parts = [p.strip() for p in line.split(",")]
