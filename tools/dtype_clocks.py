@@ -6,8 +6,8 @@ each runs: is fp16's gap to bf16 (issue 17 asks within 3%) in the kernels or in 
         python3 tools/dtype_clocks.py --out DIR [--points 128:8192:1,...] \\
         [--backends libflashattn,cudnn] [--window-ms 1000] [--rounds 2]
 
-Points are d:seqlen:causal on the FA-paper grid (hidden 2048: heads = 2048 / d, batch = 16384 /
-seqlen). At each point and backend (bench_compare.py's) three inputs are made from one
+Points are d:seqlen:causal on the FA-paper grid, heads and batch as bench_compare.py sets them
+(2048 / d heads, 32 where d does not divide 2048; batch 16384 / seqlen). At each point and backend (bench_compare.py's) three inputs are made from one
 random-normal draw: `bf16`; `fp16`; and `fp16-bf16vals`, fp16 holding the bf16 values (exact: a
 bf16 value in fp16's normal range is an fp16 value whose 3 low mantissa bits are zero). The three
 are timed back to back, --window-ms each (bench_report.window_ms), taking turns, --rounds times,
@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     import torch
-    from bench_compare import backends, flops
+    from bench_compare import TOKENS, backends, flops, heads_for
     from bench_report import window_ms
 
     out = Path(args.out)
@@ -97,7 +97,7 @@ def main():
     try:
         for point in args.points.split(","):
             d, s, causal = (int(x) for x in point.split(":"))
-            h, b = 2048 // d, 16384 // s
+            h, b = heads_for(d), TOKENS // s
             x = [torch.randn(b, s, h, d, device="cuda", generator=gen) for _ in range(3)]
             inputs = {"bf16": [t.bfloat16() for t in x], "fp16": [t.half() for t in x],
                       "fp16-bf16vals": [t.bfloat16().half() for t in x]}
