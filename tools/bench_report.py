@@ -40,6 +40,17 @@ def stepper(call):
     return step, box["out"]
 
 
+def profile_steps(torch, steps):
+    """Each step once between cudaProfilerStart and cudaProfilerStop, after the GPU has finished
+    what came before (the warm-up calls), so `ncu --profile-from-start off` captures those."""
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for step in steps:
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def time_backends(torch, found, point, label, window, repeats):
     """{name: median ms of one call} at one point. found maps each backend's name to a maker,
     make(*point) -> (step, output of a first call) (stepper); the first backend's output is the

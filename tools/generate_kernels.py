@@ -21,8 +21,8 @@ CMake runs this at configure time with the build's options; it writes, into --ou
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
 
 Kernel sets (--kernel-set):
-  default      the kernels the measured choice table (src/cuda/heuristic_sm*.txt) names, picks and
-               autotuning candidates, at the chosen dtypes and head dims;
+  default      the kernels the measured choice table (src/cuda/heuristic_sm*.txt) names, picks,
+               pad rows and autotuning candidates, at the chosen dtypes and head dims;
   all          default plus the seed's whole autotune space and progression at every head dim;
   seed         the seed's autotune space (its should_autotune_config filter) and its seven
                progression configs (sonnyli/flash_attention_from_scratch);
@@ -51,7 +51,9 @@ SUPPORTED_HEAD_DIMS = (64, 128, 192, 256)
 # time, docs/performance.md); 192:128 is DeepSeek's value head dim. A built head dim's own (64,
 # 128, 192, 256) is the pair at the kernel's width: the plain features with the column bounds,
 # for the dims between its last pair and the kernel's (56, 120, 184, 232-248), which otherwise
-# run the general instantiation.
+# run the general instantiation. The pairs go on the kernels of the table's pad rows (those that
+# run padded dims: 2 per head dim, kernel_pairs()), not on every kernel: they were 42% of the
+# sm90 compile on all of them (docs/performance.md, session 55).
 DEFAULT_NARROW_HEAD_DIMS = "16;32;48;64;80;96;112;128;144;160;176;192:128;192;224;256"
 # narrow.hpp's NarrowList::kMax: the default's 15 pairs fit a build of any one head dim.
 MAX_NARROW_PAIRS = 24
@@ -208,9 +210,9 @@ def parse_short_name(text):
 
 
 def read_choice_table(path):
-    """Rows of a heuristic_sm*.txt: ('pick' or 'fallback', d, dv, causal, max_seqlen, config) and
-    ('candidate', d, dv, causal, None, config), the head dims written `d` (dv = d) or `d:dv`;
-    configs carry BF16 as a placeholder dtype."""
+    """Rows of a heuristic_sm*.txt: ('pick', 'fallback' or 'pad', d, dv, causal, max_seqlen,
+    config) and ('candidate', d, dv, causal, None, config), the head dims written `d` (dv = d) or
+    `d:dv` (pad rows: `d` only); configs carry BF16 as a placeholder dtype."""
     rows = []
     for line in open(path):
         line = line.strip()
@@ -221,7 +223,9 @@ def read_choice_table(path):
         config = parse_short_name("(BF16, " + name)
         d, _, dv = fields[1].partition(":")
         d, dv = int(d), int(dv or d)
-        if fields[0] in ("pick", "fallback"):
+        if fields[0] == "pad" and dv != d:
+            raise ValueError(f"{path}: a pad row names one head dim, not '{fields[1]}'")
+        if fields[0] in ("pick", "fallback", "pad"):
             rows.append((fields[0], d, dv, int(fields[2]), int(fields[3]), config))
         elif fields[0] == "candidate":
             rows.append(("candidate", d, dv, int(fields[2]), None, config))
@@ -364,9 +368,29 @@ def narrow_pairs(pairs, head_dims):
     return by_dim
 
 
-def sm90_registration(c, by_dim):
+def kernel_pairs(c, by_dim, tables):
+    """The narrow pairs of kernel c (of by_dim's for its head dim d): every one where the tables
+    have no pad rows for d (then any kernel of d may run a padded dim); else on the pad rows'
+    kernels all, elsewhere those whose problems the tables send to no rows of d (a build without
+    a smaller table dim: its dims' pairs land on d, and the choice runs them on d's largest tile,
+    any kernel), and those of the value head dims the kernel's own rows of d serve (192:128 on
+    the d 192 kernels named in "192:128" rows). A pair is one more instantiation of a kernel."""
+    pairs = by_dim.get(c.d_head, [])
+    rows = [row for table in tables.values() for row in table]
+    key = with_dtype(c, DTYPE_CODES["bf16"])
+    pad = {row[5] for row in rows if row[0] == "pad" and row[1] == c.d_head}
+    if not pad or key in pad:
+        return pairs
+    pick_dims = sorted({row[1] for row in rows if row[0] == "pick"})
+    value_dims = {row[2] for row in rows if row[0] in ("pick", "candidate") and
+                  row[1] == c.d_head and row[2] != row[1] and row[5] == key}
+    return [(qk, dv) for qk, dv in pairs
+            if next((t for t in pick_dims if t >= qk), None) != c.d_head or dv in value_dims]
+
+
+def sm90_registration(c, pairs_of):
     """register_kernel's template arguments after the config: the 16-bit kernels' narrow pairs."""
-    pairs = by_dim.get(c.d_head, []) if c.dtype != E4M3 else []
+    pairs = pairs_of(c) if c.dtype != E4M3 else []
     if not pairs:
         return ""
     dims = ", ".join(f"{{{qk}, {dv}}}" for qk, dv in pairs)
@@ -433,8 +457,8 @@ class KernelFamily:
     tokens: object  # config -> its knobs' tokens in the name (the family's config.cpp)
     parse: object   # (tokens, config of the name's head) -> the config with the family's knobs
     canonical: object  # config -> the config registered in its place (the family's config.hpp)
-    registration: object = lambda c, by_dim: ""  # (config, narrow_pairs()) -> register_kernel's
-                                                  # template arguments after the config
+    registration: object = lambda c, pairs_of: ""  # (config, config -> its narrow pairs) ->
+                                                    # register_kernel's arguments after the config
 
 
 # The families, in KernelConfig::family order: the one place a family is registered.
@@ -492,6 +516,7 @@ def main():
     # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
     built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
     configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90, built)
+    pairs_of = lambda c: kernel_pairs(c, by_dim, tables)  # noqa: E731
     os.makedirs(args.out, exist_ok=True)
 
     groups = {}
@@ -504,7 +529,7 @@ def main():
             stem = f"fa_fwd_{family.arch}_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
             fn = f"register_{stem}"
             body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}"
-                           f"{family.registration(c, by_dim)}>(registry);\n"
+                           f"{family.registration(c, pairs_of)}>(registry);\n"
                            for c in members[start:start + args.per_file])
             text = (BANNER + f'#include "cuda/{family.folder}/launch.cuh"\n\nnamespace fa::cuda {{\n\n'
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")
@@ -523,10 +548,11 @@ def main():
     picks, candidates = [], []
     for arch, rows in sorted(tables.items()):
         for kind, d, dv, causal, max_seqlen, config in rows:
-            if kind in ("pick", "fallback"):
+            if kind in ("pick", "fallback", "pad"):
                 picks.append(f"    {{{arch}, {d}, {dv}, {'true' if causal else 'false'}, "
                              f"{max_seqlen}, {config.cpp()}, "
-                             f"{'true' if kind == 'fallback' else 'false'}}},\n")
+                             f"{'true' if kind == 'fallback' else 'false'}, "
+                             f"{'true' if kind == 'pad' else 'false'}}},\n")
             else:
                 candidates.append(f"    {{{arch}, {d}, {dv}, {'true' if causal else 'false'}, "
                                   f"{config.cpp()}}},\n")
@@ -536,7 +562,7 @@ def main():
                      "// each config is a placeholder, replaced by the problem's.\n"
                      "std::span<ChoicePick const> choice_picks() {\n"
                      "  static constexpr ChoicePick kPicks[] = {\n" + "".join(picks) +
-                     "      {0, 0, 0, false, 0, KernelConfig{}, false}};\n"
+                     "      {0, 0, 0, false, 0, KernelConfig{}, false, false}};\n"
                      "  return {kPicks, std::size(kPicks) - 1};\n}\n\n"
                      "std::span<ChoiceCandidate const> choice_candidates() {\n"
                      "  static constexpr ChoiceCandidate kCandidates[] = {\n" + "".join(candidates) +

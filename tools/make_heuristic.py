@@ -23,16 +23,36 @@ reads: it compiles every kernel named there into the default build and emits the
 library's choice. Times within --tie (relative; 0.02 by default, the value the shipped sm_90
 table was made with) of the best count as a tie, which goes to the kernel already picked at the
 previous length, so that sweep noise does not add kernels to the build.
+
+A sweep's points at a head dim below its kernels' own (flashattn_bench --all-kernels at a padded
+dim, e.g. 72 on d 128's kernels) make the "pad" rows of that kernels' head dim: of the sm90
+kernels the table names for the head dim (its picks and candidates), the --pad-kernels (2) whose
+best at each point has the best geometric mean over every padded dim, mask and length (ratios
+to the fastest kernel timed at the point), and per (mask, length) the one of them with the best
+geometric mean over the padded dims (ties as above). The choice takes those rows for problems
+below a table head dim (or its value head dim), and tools/generate_kernels.py gives the narrow
+pairs (src/cuda/sm90/narrow.hpp) to those kernels only: a pair is one more instantiation of a
+kernel, 42% of the sm90 compile when every kernel carried them (docs/performance.md).
 """
 import argparse
 import collections
 import csv
+import itertools
 import math
 
 
 def strip_dtype(name):
     """'(BF16, 128, ...): ...' -> '128, ...): ...' (the table applies to both 16-bit dtypes)."""
     return name.split(", ", 1)[1]
+
+
+def kernel_head_dim(kernel):
+    """'128, 128, 64, 12): ...' (dtype stripped) -> 128."""
+    return int(kernel.split(",", 1)[0])
+
+
+def geomean(values):
+    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def main():
@@ -43,6 +63,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--candidates", type=int, default=3)
     ap.add_argument("--tie", type=float, default=0.02)
+    ap.add_argument("--pad-kernels", type=int, default=2,
+                    help="kernels per head dim for the head dims below it (the pad rows)")
     ap.add_argument("--keep-earlier", action="append", default=[], metavar="D:C",
                     help="(head dim, causal) pair that later sweeps do not replace")
     args = ap.parse_args()
@@ -53,16 +75,32 @@ def main():
         except ValueError:
             ap.error(f"--keep-earlier {pair!r}: expected HEAD_DIM:CAUSAL, e.g. 128:1")
         keep.add((d, causal))
+    if args.pad_kernels < 1:
+        ap.error(f"--pad-kernels {args.pad_kernels}: at least 1")
 
     # (d, dv, causal, seqlen) -> {kernel: tflops}; a "pair" below is (d, dv, causal).
     by_point = collections.defaultdict(dict)
+    # (kernels' head dim, causal, seqlen, padded head dim) -> {kernel: tflops}: a later sweep's
+    # points of a head dim replace the earlier's.
+    pad_points = {}
     for sweep in args.sweeps:
         points = collections.defaultdict(dict)
+        padded = collections.defaultdict(dict)
         with open(sweep) as f:
             for r in csv.DictReader(f):
                 d = int(r["head_dim"])
-                key = (d, int(r.get("head_dim_v") or d), int(r["causal"]), int(r["seqlen"]))
-                points[key][strip_dtype(r["kernel"])] = float(r["tflops"])
+                dv = int(r.get("head_dim_v") or d)
+                kernel = strip_dtype(r["kernel"])
+                if kernel_head_dim(kernel) != d:
+                    if dv == d:
+                        key = (kernel_head_dim(kernel), int(r["causal"]), int(r["seqlen"]), d)
+                        padded[key][kernel] = float(r["tflops"])
+                    continue
+                key = (d, dv, int(r["causal"]), int(r["seqlen"]))
+                points[key][kernel] = float(r["tflops"])
+        for key in [k for k in pad_points if k[0] in {k[0] for k in padded}]:
+            del pad_points[key]
+        pad_points.update(padded)
         held = {k[:3] for k in by_point} & {(d, d, c) for d, c in keep}
         pairs = {k[:3] for k in points} - held
         for key in [k for k in by_point if k[:3] in pairs]:
@@ -72,6 +110,7 @@ def main():
     lines = [f"# Kernel choice for sm_{args.arch}, derived by tools/make_heuristic.py from",
              *(f"#   {sweep}" for sweep in args.sweeps),
              f"# with --tie {args.tie} --candidates {args.candidates}"
+             + f" --pad-kernels {args.pad_kernels}"
              + "".join(f" --keep-earlier {d}:{c}" for d, c in sorted(keep))
              + " (a later sweep's",
              "# (head_dims, causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
@@ -81,7 +120,10 @@ def main():
              "#   fallback <head_dim> <causal> <max_seqlen> | <config>: the mma.sync kernel where",
              "#     the pick is of the sm90 family and cannot run (head_dim_v = head_dim only)",
              "#   candidate <head_dim>[:<head_dim_v>] <causal> | <config>: also built, also timed",
-             "#     by fa_autotune()"]
+             "#     by fa_autotune()",
+             "#   pad <head_dim> <causal> <max_seqlen> | <config>: the kernel for head dims (or",
+             "#     value head dims) below the row's that take its rows, from points at such",
+             "#     dims; its kernels alone carry the narrow pairs"]
 
     def rows(kind, d, dv, causal, seqlens, keep):
         previous, out = None, []
@@ -95,16 +137,46 @@ def main():
             previous = best
         return out
 
+    def pad_rows(d, causal, kernels):
+        """The pad rows of (d, causal): per length the best of `kernels` over the padded dims."""
+        previous, out = None, []
+        for s in sorted({k[2] for k in pad_points if k[:2] == (d, causal)}):
+            dims = [k for k in pad_points if k[:3] == (d, causal, s)]
+            score = {kernel: geomean([pad_points[k][kernel] / max(pad_points[k].values())
+                                      for k in dims]) for kernel in kernels}
+            best = max(kernels, key=lambda kernel: (score[kernel], kernel))
+            if previous is not None and score[previous] >= score[best] * (1 - args.tie):
+                best = previous
+            out.append(f"pad {d} {causal} {s} | {best}")
+            previous = best
+        return out
+
+    def pad_kernels(d, named):
+        """Of the sm90 kernels `named` for head dim d, timed at every padded point of d, the
+        --pad-kernels whose best per point has the best geometric mean (then minimum)."""
+        keys = [k for k in pad_points if k[0] == d]
+        timed = sorted(k for k in named if "sm90" in k and all(k in pad_points[p] for p in keys))
+        best = None
+        for group in itertools.combinations(timed, min(args.pad_kernels, len(timed))):
+            ratios = [max(pad_points[p][k] for k in group) / max(pad_points[p].values())
+                      for p in keys]
+            score = (geomean(ratios), min(ratios))
+            if best is None or score > best[0]:
+                best = (score, group)
+        return best[1] if best else ()
+
+    blocks = []
     for d, dv, causal in sorted({k[:3] for k in by_point}, key=lambda k: (k[0], -k[1], k[2])):
+        block = []
         seqlens = sorted(k[3] for k in by_point if k[:3] == (d, dv, causal))
         picks = rows("pick", d, dv, causal, seqlens, lambda k: True)
-        lines += picks
+        block += picks
         # Fallback rows for head_dim_v = head_dim only: the mma.sync kernels hold V in d_head
         # columns, so a smaller value head dim runs best where the head dim's does, and the
         # choice takes those rows for it (a sweep of the sm90 set times only the mma.sync
         # decode tiles).
         if any("sm90" in p for p in picks) and dv == d:
-            lines += rows("fallback", d, dv, causal, seqlens, lambda k: "sm90" not in k)
+            block += rows("fallback", d, dv, causal, seqlens, lambda k: "sm90" not in k)
         scores = collections.defaultdict(list)
         for s in seqlens:
             top = max(by_point[(d, dv, causal, s)].values())
@@ -114,7 +186,19 @@ def main():
                         for k, v in scores.items() if len(v) == len(seqlens))
         dims = str(d) if dv == d else f"{d}:{dv}"
         for _, kernel in reversed(ranked[-args.candidates:]):
-            lines.append(f"candidate {dims} {causal} | {kernel}")
+            block.append(f"candidate {dims} {causal} | {kernel}")
+        blocks.append(((d, dv, causal), block))
+    # The pad rows' kernels: of those the rows of (d, d) name, either mask.
+    named = collections.defaultdict(set)
+    for (d, dv, _), block in blocks:
+        if dv == d:
+            named[d].update(line.split(" | ")[1] for line in block
+                            if line.startswith(("pick", "candidate")))
+    chosen = {d: pad_kernels(d, named[d]) for d in {k[0] for k in pad_points}}
+    for (d, dv, causal), block in blocks:
+        lines += block
+        if dv == d and chosen.get(d):
+            lines += pad_rows(d, causal, chosen[d])
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from bench_compare import backends
+from bench_report import profile_steps
 
 
 def main():
@@ -41,12 +42,7 @@ def main():
             step()
             step()
             steps.append(step)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for step in steps:
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    profile_steps(torch, steps)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ struct ChoicePick {
   int64_t max_seqlen;  // for max(seqlen_q, seqlen_k) up to this (the last row: any longer)
   KernelConfig config; // its dtype is a placeholder
   bool fallback;       // a "fallback" row: the mma.sync kernel where the sm90 pick cannot run
+  bool padded;         // a "pad" row: the pick for head dims (or value head dims) below d_head
+                       // that take d_head's rows; its kernels alone carry the narrow pairs
 };
 
 struct ChoiceCandidate {
@@ -35,12 +37,16 @@ std::span<ChoicePick const> choice_picks();            // generated
 std::span<ChoiceCandidate const> choice_candidates();  // generated
 
 // The measured table's kernel for `p` on a device of compute capability `arch`, with p's dtype:
-// its pick, or (`fallback`) the mma.sync kernel for when the pick cannot run. Only an sm_90
-// table is measured so far; other archs use the nearest measured one.
+// its pick, or (`fallback`) the mma.sync kernel for when the pick cannot run. A problem whose
+// head dim or value head dim is below the rows' it takes (a padded dim, e.g. 72 on d 128's)
+// takes the "pad" rows where the table has them: the kernels that carry the narrow pairs (any
+// other runs it on its general instantiation, 5-9% slower; generate_kernels.py's kernel_pairs).
+// Only an sm_90 table is measured so far; other archs use the nearest measured one.
 std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback);
 
-// The table's picks (not fallbacks) for p's head dim and causality, dtype set to p's, nearest
-// p's length first: the row covering it, then the rows below and above it alternately.
+// The table's picks (not fallbacks; its pad rows for a padded dim, as table_choice) for p's head
+// dim and causality, dtype set to p's, nearest p's length first: the row covering it, then the
+// rows below and above it alternately.
 std::vector<KernelConfig> table_picks_nearest(int arch, Problem const& p);
 
 // The table's autotuning candidates for `p` (dtype set to p's), in table order.
@@ -48,8 +54,8 @@ template <class Visit>
 void for_each_candidate(int arch, Problem const& p, Visit&& visit);
 
 // The measured table's head dim for a problem's `head_dim` on the table of `table` (an arch from
-// nearest_table_arch()): the smallest of its rows' at or above it, whose kernels run it with zero
-// columns; 0 when every row's is below.
+// nearest_table_arch()): the smallest of its pick rows' at or above it, whose kernels run it with
+// zero columns; 0 when every row's is below.
 int64_t table_head_dim(int table, int64_t head_dim);
 
 // The value head dim of the table's rows (of `table`, `d_head`, `causal` and kind: picks, or

@@ -42,9 +42,12 @@ std::vector<Row> read_table(std::string const& path) {
     r.head_dim = std::stoi(dims.substr(0, colon));
     r.head_dim_v = colon == std::string::npos ? r.head_dim : std::stoi(dims.substr(colon + 1));
     REQUIRE_MESSAGE(r.head_dim_v <= r.head_dim, line);
-    if (r.kind == "pick" || r.kind == "fallback") fields >> r.max_seqlen;
+    if (r.kind == "pick" || r.kind == "fallback" || r.kind == "pad") fields >> r.max_seqlen;
     r.config = line.substr(bar + 3);
-    REQUIRE_MESSAGE((r.kind == "pick" || r.kind == "fallback" || r.kind == "candidate"), line);
+    REQUIRE_MESSAGE((r.kind == "pick" || r.kind == "fallback" || r.kind == "candidate" ||
+                     r.kind == "pad"),
+                    line);
+    REQUIRE_MESSAGE((r.kind != "pad" || r.head_dim_v == r.head_dim), line);
     rows.push_back(r);
   }
   return rows;
@@ -96,6 +99,18 @@ TEST_CASE("choice tables name valid kernels, each (head dims, causal) covered in
       }
       // A fallback stands in where the sm90 family cannot run: it is of the mma.sync family.
       if (r.kind == "fallback") CHECK(r.config.find("sm90") == std::string::npos);
+      // A pad row's kernel is one the table already names for its head dims (a pick or a
+      // candidate of either mask): the pad rows choose which carry the narrow pairs, and add
+      // no kernel to the build.
+      if (r.kind == "pad") {
+        bool named = false;
+        for (Row const& other : rows) {
+          named |= (other.kind == "pick" || other.kind == "candidate") &&
+                   other.head_dim == r.head_dim && other.head_dim_v == r.head_dim_v &&
+                   other.config == r.config;
+        }
+        CHECK(named);
+      }
     }
   }
 }

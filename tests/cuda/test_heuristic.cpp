@@ -34,7 +34,9 @@ TEST_SUITE("family") {
     p.dtype = DType::kFP16;
     std::vector<ChoicePick> rows;  // the table's own rows for (sm_90, d 256, causal), in order
     for (ChoicePick const& pick : choice_picks()) {
-      if (pick.arch == 90 && pick.d_head == 256 && pick.causal && !pick.fallback) rows.push_back(pick);
+      if (pick.arch == 90 && pick.d_head == 256 && pick.causal && !pick.fallback && !pick.padded) {
+        rows.push_back(pick);
+      }
     }
     REQUIRE(rows.size() >= 4);
     size_t covering = 0;
@@ -59,11 +61,29 @@ TEST_SUITE("family") {
     REQUIRE(longest.size() == rows.size());
     for (size_t i = 0; i < rows.size(); ++i) CHECK(same(longest[i], rows.size() - 1 - i));
 
-    // A head dim between the table's takes the rows of the next one up (a family that can runs
-    // it on that head dim's kernels with zero columns); one above every row, nothing.
+    // A head dim between the table's takes the pad rows of the next one up (the kernels of that
+    // head dim that carry the narrow pairs, run with zero columns), as does a value head dim
+    // below the row's; its candidates are the head dim's; one above every row, nothing.
+    std::vector<ChoicePick> pad;
+    for (ChoicePick const& pick : choice_picks()) {
+      if (pick.arch == 90 && pick.d_head == 256 && pick.causal && pick.padded) pad.push_back(pick);
+    }
+    REQUIRE(pad.size() >= 2);
+    std::vector<KernelConfig> pad_longest;
+    for (size_t i = pad.size(); i-- > 0;) {
+      KernelConfig k = pad[i].config;
+      k.dtype = DType::kFP16;
+      pad_longest.push_back(k);
+    }
     p.head_dim = 200;
-    CHECK(table_picks_nearest(90, p) == longest);
-    CHECK(table_choice(90, p, false) == longest[0]);
+    CHECK(table_picks_nearest(90, p) == pad_longest);
+    CHECK(table_choice(90, p, false) == pad_longest[0]);
+    Problem at_own = p;  // the fallback rows are the head dim's own
+    at_own.head_dim = 256;
+    CHECK(table_choice(90, p, true) == table_choice(90, at_own, true));
+    CHECK(table_picks_nearest(90, at_own) == longest);
+    at_own.head_dim_v = 224;
+    CHECK(table_picks_nearest(90, at_own) == pad_longest);
     std::vector<KernelConfig> between, own;
     for_each_candidate(90, p, [&](KernelConfig const& k) { between.push_back(k); });
     Problem at_256 = p;

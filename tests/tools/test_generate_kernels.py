@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/generate_kernels.py's narrow head dims (FA_NARROW_HEAD_DIMS): each lands on the smallest
-built head dim that holds it, in ascending order of work, as the registration's NarrowList; bad
-entries are refused by name, and the generated files carry the pairs."""
+built head dim that holds it, in ascending order of work, as the registration's NarrowList on the
+kernels of the choice table's pad rows; bad entries are refused by name, and the generated files
+carry the pairs."""
 
 import glob
 import importlib.util
@@ -64,11 +65,19 @@ class NarrowHeadDims(unittest.TestCase):
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
             text = "".join(open(p).read() for p in glob.glob(os.path.join(out, "*.cu")))
-            sm90 = [l for l in text.splitlines() if "sm90::register_kernel" in l]
+            lines = text.splitlines()
+            sm90 = [l for l in lines if "sm90::register_kernel" in l]
             with_pairs = [l for l in sm90 if "NarrowList{2, {{80, 80}, {96, 96}}}" in l]
-            self.assertTrue(with_pairs)
-            # The FP8 kernels (e4m3 Q, K and V) take none; the mma.sync family has no argument.
-            self.assertTrue(all("DType::kE4M3" in l for l in sm90 if l not in with_pairs))
+            # The kernels of the table's pad rows of d 128 carry them, no other bf16 one; the
+            # FP8 kernels (e4m3 Q, K and V) take none; the mma.sync family has no argument.
+            table = gen.read_choice_table(os.path.join(_ROOT, "src", "cuda", "heuristic_sm90.txt"))
+            pad = {row[5].short_name() for row in table if row[0] == "pad" and row[1] == 128}
+            self.assertTrue(pad)
+            named = {lines[i - 1].removeprefix("  // ") for i, l in enumerate(lines)
+                     if l in with_pairs}
+            self.assertEqual(named, pad)
+            self.assertTrue(all("DType::kE4M3" in l or "DType::kBF16" in l for l in sm90))
+            self.assertTrue(all("NarrowList" not in l for l in sm90 if "DType::kE4M3" in l))
             self.assertNotIn("NarrowList", "".join(l for l in text.splitlines()
                                                     if "sm80::register_kernel" in l))
             r = subprocess.run([sys.executable, _TOOL, "--out", out, "--head-dims", "128",
@@ -81,6 +90,48 @@ class NarrowHeadDims(unittest.TestCase):
                 r = subprocess.run([sys.executable, _TOOL, "--out", out, "--head-dims", "128",
                                     "--dtypes", "bf16", *extra], capture_output=True, text=True)
                 self.assertEqual(r.returncode, 0, r.stderr)
+
+
+class PairPlacement(unittest.TestCase):
+    """kernel_pairs(): the narrow pairs go on the kernels of the table's pad rows."""
+
+    def setUp(self):
+        k = lambda name: gen.parse_short_name("(BF16, " + name)  # noqa: E731
+        self.pad = k("128, 128, 128, 12): sm90+stages_2+overlap")
+        self.other = k("128, 128, 128, 12): sm90+stages_2+overlap+persistent")
+        self.d192 = k("192, 128, 96, 12): sm90+stages_2+overlap")
+        self.d192_v128 = k("192, 128, 96, 12): sm90+stages_2+overlap+pingpong")
+        self.tables = {90: [("pick", 64, 64, 0, 512, k("64, 128, 128, 12): sm90+stages_2")),
+                            ("pick", 128, 128, 0, 512, self.other),
+                            ("candidate", 128, 128, 0, None, self.pad),
+                            ("pad", 128, 128, 0, 512, self.pad),
+                            ("pick", 192, 192, 0, 512, self.d192),
+                            ("pick", 192, 128, 0, 512, self.d192_v128)]}
+        self.by_dim = gen.narrow_pairs(gen.parse_narrow(gen.DEFAULT_NARROW_HEAD_DIMS),
+                                       [64, 128, 192, 256])
+
+    def pairs(self, c, by_dim=None, dtype="fp16"):
+        c = gen.with_dtype(c, gen.DTYPE_CODES[dtype])  # the table's dtype is a placeholder
+        return gen.kernel_pairs(c, by_dim or self.by_dim, self.tables)
+
+    def test_the_pad_rows_kernels_carry_every_pair_the_others_none(self):
+        self.assertEqual(self.pairs(self.pad), self.by_dim[128])
+        self.assertEqual(self.pairs(self.other), [])
+
+    def test_a_head_dim_without_pad_rows_puts_them_on_every_kernel(self):
+        self.assertEqual(self.pairs(self.d192), self.by_dim[192])
+
+    def test_a_kernel_of_a_value_head_dims_rows_carries_that_pair(self):
+        self.tables[90].append(("pad", 192, 192, 0, 512, self.d192))
+        self.assertEqual(self.pairs(self.d192), self.by_dim[192])
+        self.assertEqual(self.pairs(self.d192_v128), [(192, 128)])
+
+    def test_pairs_the_table_sends_to_a_smaller_dim_go_on_every_kernel(self):
+        # A build without d 64: its pairs land on d 128, where the choice runs them on any
+        # kernel (the table's d 64 rows name kernels the build lacks).
+        by_dim = gen.narrow_pairs(gen.parse_narrow(gen.DEFAULT_NARROW_HEAD_DIMS), [128, 256])
+        self.assertEqual(self.pairs(self.other, by_dim), [(16, 16), (32, 32), (48, 48), (64, 64)])
+        self.assertEqual(self.pairs(self.pad, by_dim), by_dim[128])
 
 
 if __name__ == "__main__":

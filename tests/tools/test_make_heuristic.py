@@ -139,5 +139,45 @@ class ValueHeadDim(unittest.TestCase):
                                     "candidate 192:128 0 | 192, 128, 128, 12): sm90+stages_2"])
 
 
+class PadRows(unittest.TestCase):
+    """Points at head dims below their kernels' (96 and 112 on d 128's) make the pad rows."""
+
+    def table(self, *options):
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep, out = os.path.join(tmp, "s.csv"), os.path.join(tmp, "t.txt")
+            rows = []
+            for s in (512, 1024):
+                # At d 128 itself a wins; the mma.sync kernel m is the fallback.
+                rows += [("128, a): sm90+x", 128, 0, s, 300), ("128, b): sm90+x", 128, 0, s, 200),
+                         ("128, c): sm90+x", 128, 0, s, 100), ("128, m): async", 128, 0, s, 50)]
+            for d in (96, 112):
+                # Below it b wins at 512 and c at 1024; z, fastest, is not among the table's
+                # kernels for d 128 (a pad row adds none to the build).
+                rows += [("128, a): sm90+x", d, 0, 512, 100), ("128, b): sm90+x", d, 0, 512, 300),
+                         ("128, c): sm90+x", d, 0, 512, 250), ("128, z): sm90+x", d, 0, 512, 900),
+                         ("128, a): sm90+x", d, 0, 1024, 100), ("128, b): sm90+x", d, 0, 1024, 260),
+                         ("128, c): sm90+x", d, 0, 1024, 300), ("128, z): sm90+x", d, 0, 1024, 900)]
+            write_sweep(sweep, rows)
+            r = run_tool([sweep, "--arch", "90", *options, "--out", out])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                return [line.strip() for line in f if line.startswith("pad")]
+
+    def test_per_length_the_better_of_the_two_best_kernels(self):
+        self.assertEqual(self.table(), ["pad 128 0 512 | 128, b): sm90+x",
+                                        "pad 128 0 1024 | 128, c): sm90+x"])
+
+    def test_one_pad_kernel_is_the_best_over_every_point(self):
+        self.assertEqual(self.table("--pad-kernels", "1"), ["pad 128 0 512 | 128, b): sm90+x",
+                                                            "pad 128 0 1024 | 128, b): sm90+x"])
+
+    def test_a_zero_count_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run_tool([os.path.join(tmp, "none.csv"), "--arch", "90", "--pad-kernels", "0",
+                          "--out", os.path.join(tmp, "t.txt")])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--pad-kernels 0", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

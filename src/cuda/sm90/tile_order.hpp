@@ -39,9 +39,16 @@ namespace fa::cuda::sm90 {
 //     256-2048 keys, the busiest block's work 0.972x the unrounded group's, geometric mean).
 //     Measured: d 64 causal 512 and 1k 1.028x and 1.054x faster, the FA-paper grid 1.0034x
 //     (H200, bf16).
+//   - Under a mask whose tiles are near equal work, as without one: query rows at most a quarter
+//     of the keys (a chunked prefill's chunk against its cache; bottom-right causal), where a
+//     query block's keys are 3/4 of the heaviest's or more. The persistent kernel's 4 rounds
+//     put every pair of 4 x 512 against 8k (d 128, 32 / 8 heads, pages of 1: the three-stage
+//     persistent pick) in one group walked query block by query block, so each block read the
+//     whole cache (134 MB) again: 529 MB from DRAM against FA4's 232 (ncu, H200, session 56).
 inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid) {
   int64_t const pairs = int64_t(p.heads_q) * p.batch;
-  if (!p.masked) return std::clamp<int64_t>(p.q_heads_per_kv, 1, pairs);
+  bool const even_work = !p.masked || 4 * int64_t(p.seqlen_q) <= int64_t(p.seqlen_k);
+  if (even_work) return std::clamp<int64_t>(p.q_heads_per_kv, 1, pairs);
   constexpr int64_t kL2Budget = int64_t(24) << 20;
   int64_t const kv_bytes = 2 * int64_t(p.seqlen_k) * d_head * 2;
   int64_t group = kL2Budget * p.q_heads_per_kv / std::max<int64_t>(kv_bytes, 1);

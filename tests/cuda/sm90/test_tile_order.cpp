@@ -81,6 +81,20 @@ TEST_SUITE("family") {
       CHECK(head_group(paper_point(4096, 128, true), 128, true, kGrid) == 4 * 16);
       CHECK(head_group(paper_point(16384, 256, true), 256, true, kGrid) == 8);
     }
+    SUBCASE("under a mask, query rows at most a quarter of the keys: as without a mask") {
+      // A chunked prefill: 4 x 512 query rows against 8k cached keys, 32 / 8 heads, causal.
+      ForwardParams p = paper_point(512, 128, true);
+      p.batch = 4;
+      p.heads_q = 32;
+      p.q_heads_per_kv = 4;
+      p.seqlen_k = 8192;
+      for (bool persistent : {false, true}) CHECK(head_group(p, 128, persistent, kGrid) == 4);
+      p.seqlen_k = 2048;  // exactly a quarter
+      CHECK(head_group(p, 128, true, kGrid) == 4);
+      p.seqlen_k = 2047;  // the first block's keys under 3/4 of the last's: grouped for balance
+      CHECK(head_group(p, 128, true, kGrid) == 128);
+      CHECK(head_group(p, 128, false, kGrid) > 4);
+    }
     SUBCASE("within [1, pairs]") {
       ForwardParams p = paper_point(512, 128, true);
       p.batch = 1;
