@@ -370,16 +370,21 @@ def narrow_pairs(pairs, head_dims):
 
 def kernel_pairs(c, by_dim, tables):
     """The narrow pairs of kernel c (of by_dim's for its head dim d): every one where the tables
-    have no pad rows for d (then any kernel of d may run a padded dim); else on the pad rows'
-    kernels all, elsewhere those whose problems the tables send to no rows of d (a build without
-    a smaller table dim: its dims' pairs land on d, and the choice runs them on d's largest tile,
-    any kernel), and those of the value head dims the kernel's own rows of d serve (192:128 on
-    the d 192 kernels named in "192:128" rows). A pair is one more instantiation of a kernel."""
+    lack pad rows for d at a mask their d rows have (the choice then takes d's picks for such a
+    padded problem: heuristic.cpp, per head dims and mask); else on the pad rows' kernels all,
+    elsewhere those whose problems the tables send to no rows of d (a build without a smaller
+    table dim: its dims' pairs land on d, and the choice runs them on d's largest tile, any
+    kernel), and those of the value head dims the kernel's own rows of d serve (192:128 on the
+    d 192 kernels named in "192:128" rows). A pair is one more instantiation of a kernel."""
     pairs = by_dim.get(c.d_head, [])
     rows = [row for table in tables.values() for row in table]
     key = with_dtype(c, DTYPE_CODES["bf16"])
     pad = {row[5] for row in rows if row[0] == "pad" and row[1] == c.d_head}
-    if not pad or key in pad:
+    masks = {(arch, row[3]) for arch, table in tables.items() for row in table
+             if row[0] == "pick" and row[1] == row[2] == c.d_head}
+    pad_masks = {(arch, row[3]) for arch, table in tables.items() for row in table
+                 if row[0] == "pad" and row[1] == c.d_head}
+    if not pad or key in pad or not masks <= pad_masks:
         return pairs
     pick_dims = sorted({row[1] for row in rows if row[0] == "pick"})
     value_dims = {row[2] for row in rows if row[0] in ("pick", "candidate") and

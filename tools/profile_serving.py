@@ -54,10 +54,9 @@ def main():
     if missing := [name for name in wanted if name not in found]:
         sys.exit(f"backends not available: {', '.join(missing)}")
     gen = torch.Generator(device="cuda").manual_seed(1234)
-    steps, kept = [], []
+    steps = []
     for d, batch, sq, context, page in points:
-        pt = Point(torch, dtype, d, batch, sq, context, page, gen)
-        kept.append(pt)
+        pt = Point(torch, dtype, d, batch, sq, context, page, gen)  # the steps hold it
         reference = None
         for name in wanted:
             step, out = found[name](pt)  # the first call

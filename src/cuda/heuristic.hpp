@@ -40,7 +40,8 @@ std::span<ChoiceCandidate const> choice_candidates();  // generated
 // its pick, or (`fallback`) the mma.sync kernel for when the pick cannot run. A problem whose
 // head dim or value head dim is below the rows' it takes (a padded dim, e.g. 72 on d 128's)
 // takes the "pad" rows where the table has them: the kernels that carry the narrow pairs (any
-// other runs it on its general instantiation, 5-9% slower; generate_kernels.py's kernel_pairs).
+// other runs it on its general instantiation over all of the kernel's columns: d 72 on d 128's
+// at 0.585x its TFLOP/s before the pairs, narrow.hpp; generate_kernels.py's kernel_pairs).
 // Only an sm_90 table is measured so far; other archs use the nearest measured one.
 std::optional<KernelConfig> table_choice(int arch, Problem const& p, bool fallback);
 

@@ -121,6 +121,13 @@ class PairPlacement(unittest.TestCase):
     def test_a_head_dim_without_pad_rows_puts_them_on_every_kernel(self):
         self.assertEqual(self.pairs(self.d192), self.by_dim[192])
 
+    def test_pad_rows_for_one_mask_of_two_put_them_on_every_kernel(self):
+        # Causal d 128 problems would take the picks (no causal pad rows): any kernel.
+        self.tables[90].append(("pick", 128, 128, 1, 512, self.other))
+        self.assertEqual(self.pairs(self.other), self.by_dim[128])
+        self.tables[90].append(("pad", 128, 128, 1, 512, self.pad))
+        self.assertEqual(self.pairs(self.other), [])
+
     def test_a_kernel_of_a_value_head_dims_rows_carries_that_pair(self):
         self.tables[90].append(("pad", 192, 192, 0, 512, self.d192))
         self.assertEqual(self.pairs(self.d192), self.by_dim[192])

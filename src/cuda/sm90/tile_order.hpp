@@ -45,6 +45,8 @@ namespace fa::cuda::sm90 {
 //     put every pair of 4 x 512 against 8k (d 128, 32 / 8 heads, pages of 1: the three-stage
 //     persistent pick) in one group walked query block by query block, so each block read the
 //     whole cache (134 MB) again: 529 MB from DRAM against FA4's 232 (ncu, H200, session 56).
+//     The lengths are the launch's (a cache's seqlen_k is its capacity): a first chunk in a
+//     large cache takes this too and loses only the balance grouping.
 inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid) {
   int64_t const pairs = int64_t(p.heads_q) * p.batch;
   bool const even_work = !p.masked || 4 * int64_t(p.seqlen_q) <= int64_t(p.seqlen_k);

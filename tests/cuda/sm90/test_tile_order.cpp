@@ -91,7 +91,7 @@ TEST_SUITE("family") {
       for (bool persistent : {false, true}) CHECK(head_group(p, 128, persistent, kGrid) == 4);
       p.seqlen_k = 2048;  // exactly a quarter
       CHECK(head_group(p, 128, true, kGrid) == 4);
-      p.seqlen_k = 2047;  // the first block's keys under 3/4 of the last's: grouped for balance
+      p.seqlen_k = 2047;  // one key short of the rule's bound: grouped for balance
       CHECK(head_group(p, 128, true, kGrid) == 128);
       CHECK(head_group(p, 128, false, kGrid) > 4);
     }
