@@ -14,8 +14,10 @@
 #include "api/context.hpp"
 #include "api/status.hpp"
 #include "core/kernel_config.hpp"
+#include "core/kernel_config_text.hpp"
 #include "cpu/cpu_attention.hpp"
 #include "cuda/device.hpp"
+#include "cuda/registry.hpp"
 #include "flashattn.h"
 
 namespace fa {

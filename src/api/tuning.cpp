@@ -15,6 +15,7 @@
 #include "api/tuning.hpp"
 #include "core/family_config.hpp"
 #include "core/kernel_config.hpp"
+#include "core/kernel_config_text.hpp"
 #include "core/tuning_file.hpp"
 #include "cuda/device.hpp"
 #include "cuda/heuristic.hpp"

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/family_config.hpp"
+#include "core/kernel_config_text.hpp"
 #include "core/text.hpp"
 
 namespace fa {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_config_text.hpp"
 #include "core/status.hpp"
 #include "cuda/device.hpp"
 #include "cuda/heuristic.hpp"

@@ -10,7 +10,9 @@
 #include <set>
 #include <vector>
 
+#include "core/kernel_config_text.hpp"
 #include "core/status.hpp"
+#include "cuda/registry.hpp"
 
 namespace fa::cuda {
 

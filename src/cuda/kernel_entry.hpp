@@ -3,8 +3,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <map>
-
 #include "core/kernel_config.hpp"
 #include "cuda/forward_params.hpp"
 
@@ -31,9 +29,12 @@ struct KernelEntry {
                         cudaStream_t stream);
 };
 
-using Registry = std::map<KernelConfig, KernelEntry>;
+// The registry of every kernel in this build (cuda/registry.hpp). The generated kernel files add
+// their entries through add_kernel() and see the registry declared only: the std::map in it
+// would have each of them parse <map> (about 0.3 s of a file's compile time of 10-60 s).
+struct Registry;
 
-// Every kernel compiled into this build, in KernelConfig order. Built on first use, then immutable.
-Registry const& registry();
+// Adds `entry` under entry.config unless a kernel of that config is there already.
+void add_kernel(Registry& registry, KernelEntry const& entry);
 
 }  // namespace fa::cuda

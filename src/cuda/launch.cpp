@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/kernel_config_text.hpp"
 #include "core/status.hpp"
 #include "cuda/device.hpp"
 

@@ -1,8 +1,12 @@
-#include "cuda/kernel_entry.hpp"
+#include "cuda/registry.hpp"
 
 namespace fa::cuda {
 
 void register_generated_kernels(Registry& registry);  // generated: registry_generated.cpp
+
+void add_kernel(Registry& registry, KernelEntry const& entry) {
+  registry.emplace(entry.config, entry);
+}
 
 Registry const& registry() {
   // Function-local static: built once, thread-safely, on first use (no static-init-order reliance).

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/kernel_config.hpp"
+#include "core/kernel_config_text.hpp"
 
 namespace fa::test {
 

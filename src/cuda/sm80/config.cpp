@@ -2,6 +2,8 @@
 // (config.hpp), the seed's autotune filter, and its knobs' tokens in a kernel name.
 #include "cuda/sm80/config.hpp"
 
+#include "core/family_config.hpp"
+#include "core/kernel_config_text.hpp"
 #include "core/text.hpp"
 
 namespace fa::cuda::sm80 {

@@ -6,9 +6,14 @@
 
 #include <cstdint>
 
-#include "core/family_config.hpp"
 #include "core/kernel_config.hpp"
 #include "flashattn.h"
+
+namespace fa {
+struct FamilyConfig;  // core/family_config.hpp, which config.cpp includes: the kernel files
+                      // include this header, and that one's <string> and <vector> would cost
+                      // each of them about 2 s of compile time (core/kernel_config.hpp)
+}  // namespace fa
 
 namespace fa::cuda::sm80 {
 

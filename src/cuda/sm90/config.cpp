@@ -2,6 +2,8 @@
 // its knobs' tokens in a kernel name ("sm90+stages_<N>" and the knobs that are on).
 #include "cuda/sm90/config.hpp"
 
+#include "core/family_config.hpp"
+#include "core/kernel_config_text.hpp"
 #include "core/text.hpp"
 
 namespace fa::cuda::sm90 {

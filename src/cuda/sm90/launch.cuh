@@ -4,12 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/sm90/config.hpp"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.hpp"
+#include "cuda/sm90/tile_order.hpp"
 #include "cuda/sm90/tile_scheduler.cuh"
 #include "cuda/kernel_entry.hpp"
 #include "cuda/programmatic.hpp"
@@ -191,7 +191,7 @@ void register_kernel(Registry& registry) {
   static_assert(Narrow<TileOf<C>, kList>::valid(),
                 "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile (its own "
                 "width the widest), in ascending order of work");
-  registry.emplace(C, KernelEntry{C, &prepare_kernel<C, kList>, &kernel_attributes<C>,
+  add_kernel(registry, KernelEntry{C, &prepare_kernel<C, kList>, &kernel_attributes<C>,
                                   &kernel_occupancy<C>, &launch_kernel<C, kList>});
 }
 

@@ -1,10 +1,9 @@
 // The host's half of the sm90 family's tile order (tile_scheduler.cuh walks it): how many
-// (batch, head) pairs a launch walks together. Plain C++, so the family tests check it.
+// (batch, head) pairs a launch walks together. Plain C++, so the family tests check it; defined
+// in tile_order.cpp, so the kernel files (launch.cuh) do not parse <algorithm>.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <numeric>
 
 #include "cuda/forward_params.hpp"
 
@@ -47,25 +46,6 @@ namespace fa::cuda::sm90 {
 //     whole cache (134 MB) again: 529 MB from DRAM against FA4's 232 (ncu, H200, session 56).
 //     The lengths are the launch's (a cache's seqlen_k is its capacity): a first chunk in a
 //     large cache takes this too and loses only the balance grouping.
-inline int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid) {
-  int64_t const pairs = int64_t(p.heads_q) * p.batch;
-  bool const even_work = !p.masked || 4 * int64_t(p.seqlen_q) <= int64_t(p.seqlen_k);
-  if (even_work) return std::clamp<int64_t>(p.q_heads_per_kv, 1, pairs);
-  constexpr int64_t kL2Budget = int64_t(24) << 20;
-  int64_t const kv_bytes = 2 * int64_t(p.seqlen_k) * d_head * 2;
-  int64_t group = kL2Budget * p.q_heads_per_kv / std::max<int64_t>(kv_bytes, 1);
-  if (persistent) {
-    constexpr int64_t kMaxGroupedBlocks = 16, kMinRounds = 4;
-    int64_t const q_blocks = std::max<int64_t>(p.n_q_blocks, 1);
-    if (q_blocks > kMaxGroupedBlocks) {
-      group = pairs;
-    } else {
-      int64_t const whole = 2 * grid / std::gcd(2 * grid, q_blocks);
-      group = std::max(group, (kMinRounds * grid + q_blocks - 1) / q_blocks);
-      group = (group + whole - 1) / whole * whole;
-    }
-  }
-  return std::clamp<int64_t>(group, 1, pairs);
-}
+int64_t head_group(ForwardParams const& p, int d_head, bool persistent, int64_t grid);
 
 }  // namespace fa::cuda::sm90

@@ -2,13 +2,11 @@
 // blocks that tile sees. The launcher's half (the head group) runs on the host (tile_order.hpp).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/forward_params.hpp"
 #include "cuda/sequence_view.cuh"
 #include "cuda/sm90/tile.cuh"
-#include "cuda/sm90/tile_order.hpp"
 
 namespace fa::cuda::sm90 {
 

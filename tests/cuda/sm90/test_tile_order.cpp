@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <initializer_list>
+
 namespace fa::cuda::sm90 {
 namespace {
 
