@@ -67,8 +67,10 @@ if want build; then
     FA_DEVICE_CMAKE_ARGS="${FA_DEVICE_CMAKE_ARGS:-} -DFA_BUILD_CONTEXT_PARALLEL_EXAMPLE=ON"
   fi
   # FA_WARN_SPILLS: ptxas reports register spills here (the default build keeps them quiet).
+  # FA_MMA_SYNC_SM90=all: the mma.sync prefill tiles get sm_90 code too, so the GPU suite runs
+  # them here (a default build compiles them for sm_80 alone, and no A100 is at hand).
   step configure cmake -S . -B "$build" -G Ninja -DFA_DOCTEST_INCLUDE_DIR="$PWD/.deps/include" \
-    -DFA_WARN_SPILLS=ON ${FA_DEVICE_CMAKE_ARGS:-}
+    -DFA_WARN_SPILLS=ON -DFA_MMA_SYNC_SM90=all ${FA_DEVICE_CMAKE_ARGS:-}
   if [ -f .deps/before-src/CMakeLists.txt ] && [ ! -f .deps/before/libflashattn.so.0 ]; then
     steps="$steps configure_before "
     step configure_before cmake -S .deps/before-src -B build-before -G Ninja \

@@ -250,6 +250,22 @@ def decode_configs(dtype, d_head):
     return configs
 
 
+def decode_tile(c):
+    """A kernel the mma.sync family ranks for decode (src/cuda/sm80/family.cpp's decode_rank:
+    64 query rows on 4 warps), which the choice runs on every arch, Hopper included."""
+    return c.family == 0 and c.B_r == 64 and c.n_warps == 4
+
+
+def off_sm90(c, sm90, mma_sync_sm90):
+    """Whether `c` gets no sm_90 code: with the Hopper family built (--sm90) and
+    --mma-sync-sm90 decode, the mma.sync family's prefill tiles. On sm_90 the choice runs them
+    only through the table's fallback rows, for problems the Hopper family refuses (a stride of
+    2^39 elements or more, 2^31 - 1 pages; family.cpp), where the largest decode tile runs instead;
+    their sm_90 code was 30-45% of the family's sm_90 compile (one file per tile, CI's machine:
+    13.6-16.7 s of 45.8-57.2 per 16-bit head dim)."""
+    return sm90 and mma_sync_sm90 == "decode" and c.family == 0 and not decode_tile(c)
+
+
 def sm90_configs(dtype, d_head):
     """The Hopper family's base tiles, which the tuning set varies (the default build has the
     sm90 kernels the choice table names): two consumer warpgroups (B_r = 128; registers split
@@ -490,6 +506,12 @@ def main():
     ap.add_argument("--per-file", type=int, default=8, help="kernels per generated .cu file")
     ap.add_argument("--sm90", action="store_true",
                     help="include the Hopper family (the build compiles sm_90a)")
+    ap.add_argument("--archs", default="",
+                    help="';'-separated compute capabilities the build compiles (90a as 90)")
+    ap.add_argument("--mma-sync-sm90", default="decode", choices=("decode", "all"),
+                    help="with --sm90, the mma.sync kernels compiled for sm_90: its decode tiles "
+                         "(the others for the build's other archs only, in sources_sm80_no90.txt) "
+                         "or all")
     args = ap.parse_args()
 
     dtypes = []
@@ -521,17 +543,23 @@ def main():
     # A family with an arch of its own is built where the build compiles that arch (--sm90: 90a).
     built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
     configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90, built)
+    archs = [int(a) for a in filter(None, args.archs.split(";"))]
+    no90 = lambda c: off_sm90(c, args.sm90, args.mma_sync_sm90)  # noqa: E731
+    # A build of sm_90 alone leaves such tiles out: no arch would compile them.
+    if not any(a != 90 for a in archs):
+        configs = [c for c in configs if not no90(c)]
     pairs_of = lambda c: kernel_pairs(c, by_dim, tables)  # noqa: E731
     os.makedirs(args.out, exist_ok=True)
 
     groups = {}
     for c in configs:
-        groups.setdefault((c.family, c.dtype, c.d_head), []).append(c)
-    sources, functions = {f.id: [] for f in built}, []
-    for (family_id, dtype, d), members in sorted(groups.items()):
+        groups.setdefault((c.family, no90(c), c.dtype, c.d_head), []).append(c)
+    sources, functions, no90_sources = {f.id: [] for f in built}, [], []
+    for (family_id, skips_90, dtype, d), members in sorted(groups.items()):
         family = FAMILIES[family_id]
         for part, start in enumerate(range(0, len(members), args.per_file)):
-            stem = f"fa_fwd_{family.arch}_{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}"
+            stem = (f"fa_fwd_{family.arch}{'no90' if skips_90 else ''}_"
+                    f"{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}")
             fn = f"register_{stem}"
             body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}"
                            f"{family.registration(c, pairs_of)}>(registry);\n"
@@ -540,7 +568,7 @@ def main():
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")
             path = os.path.join(args.out, stem + ".cu")
             write_if_changed(path, text)
-            sources[family_id].append(path)
+            (no90_sources if skips_90 else sources[family_id]).append(path)
             functions.append(fn)
 
     decls = "".join(f"void {fn}(Registry& registry);\n" for fn in functions)
@@ -599,6 +627,9 @@ def main():
                              "\n" for f in FAMILIES))
     write_if_changed(os.path.join(args.out, "families.txt"),
                      "".join(f"{f.folder} {f.own_arch or '-'}\n" for f in built))
+    # The mma.sync files without sm_90 code (off_sm90): CMake compiles them for the other archs.
+    write_if_changed(os.path.join(args.out, "sources_sm80_no90.txt"),
+                     "".join(path + "\n" for path in no90_sources))
     for f in built:
         folder = os.path.join(SRC_DIR, "cuda", f.folder)
         host = sorted(os.path.normpath(os.path.join(folder, name)) for name in os.listdir(folder)

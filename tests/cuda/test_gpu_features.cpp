@@ -460,12 +460,12 @@ std::vector<FeatureCase> head_dim_cases(int dtype, int64_t d) {
   return cases;
 }
 
-// Every FA_GPU_TEST_SAMPLE-th registered kernel this device runs (sm90 kernels on sm_90 only;
-// with FA_GPU_TEST_FAMILY=F those of family F only, as the kernel suite), with its name.
+// Every FA_GPU_TEST_SAMPLE-th registered kernel this device runs (the build holds its code for
+// the device: sm90 kernels on sm_90 only, and there in a default build the mma.sync decode tiles
+// only; with FA_GPU_TEST_FAMILY=F those of family F only, as the kernel suite), with its name.
 template <class Body>
 int for_each_runnable_kernel(Body const& body) {
-  int major = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  Gpu gpu;
   char const* family = std::getenv("FA_GPU_TEST_FAMILY");
   int index = 0, ran = 0;
   for (size_t i = 0; i < fa_kernel_count(); ++i) {
@@ -474,7 +474,7 @@ int for_each_runnable_kernel(Body const& body) {
     REQUIRE(fa_kernel_get(i, &k) == FA_STATUS_SUCCESS);
     if (k.dtype == FA_DTYPE_E4M3) continue;
     if (family != nullptr && k.family != std::atoi(family)) continue;
-    if ((k.family == FA_FAMILY_SM90 && major != 9) || index++ % sample_step() != 0) continue;
+    if (!fa_test::kernel_runs_here(gpu.ctx, k) || index++ % sample_step() != 0) continue;
     char name[128];
     fa_kernel_config_name(&k, name, sizeof name, nullptr);
     body(k, std::string(name));

@@ -2,7 +2,8 @@
 """tools/generate_kernels.py's narrow head dims (FA_NARROW_HEAD_DIMS): each lands on the smallest
 built head dim that holds it, in ascending order of work, as the registration's NarrowList on the
 kernels of the choice table's pad rows; bad entries are refused by name, and the generated files
-carry the pairs."""
+carry the pairs; the mma.sync family's prefill tiles get no sm_90 code where the Hopper family is
+built."""
 
 import glob
 import importlib.util
@@ -139,6 +140,51 @@ class PairPlacement(unittest.TestCase):
         by_dim = gen.narrow_pairs(gen.parse_narrow(gen.DEFAULT_NARROW_HEAD_DIMS), [128, 256])
         self.assertEqual(self.pairs(self.other, by_dim), [(16, 16), (32, 32), (48, 48), (64, 64)])
         self.assertEqual(self.pairs(self.pad, by_dim), by_dim[128])
+
+
+class MmaSyncOnSm90(unittest.TestCase):
+    """With the Hopper family, the mma.sync prefill tiles go to sources_sm80_no90.txt (compiled
+    for the other archs), its decode tiles stay in sources_sm80.txt (every arch)."""
+
+    def generate(self, out, *extra):
+        r = subprocess.run([sys.executable, _TOOL, "--out", out, "--dtypes", "bf16",
+                            "--head-dims", "128;256", "--choice-tables",
+                            os.path.join(_ROOT, "src", "cuda", "heuristic_sm90.txt"), *extra],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        kernels = open(os.path.join(out, "kernels.txt")).read().splitlines()
+        def names(listing):
+            text = "".join(open(p).read() for p in open(os.path.join(out, listing)).read().split()
+                           if p.endswith(".cu"))
+            return {l.removeprefix("  // ") for l in text.splitlines() if l.startswith("  // (")}
+        return kernels, names("sources_sm80.txt"), names("sources_sm80_no90.txt")
+
+    def test_prefill_tiles_skip_sm90_decode_tiles_do_not(self):
+        with tempfile.TemporaryDirectory() as out:
+            kernels, every, no90 = self.generate(out, "--sm90", "--archs", "80;90")
+            mma = {k for k in kernels if "sm90" not in k}
+            self.assertEqual(every | no90, mma)
+            self.assertFalse(every & no90)
+            # 64 query rows on 4 warps: the decode tiles (sm80/family.cpp's decode_rank).
+            tiles = lambda names: [gen.parse_short_name(k) for k in names]  # noqa: E731
+            self.assertTrue(every and all(c.B_r == 64 and c.n_warps == 4 for c in tiles(every)))
+            self.assertTrue(no90 and all(c.B_r != 64 for c in tiles(no90)))
+            # The table's fallback rows name them: d 128's 128 x 64 tile, d 256's two.
+            self.assertIn("(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles", no90)
+
+    def test_without_the_hopper_family_or_with_all_every_tile_is_everywhere(self):
+        for extra in (["--archs", "80;90"], ["--sm90", "--archs", "80;90", "--mma-sync-sm90", "all"]):
+            with tempfile.TemporaryDirectory() as out:
+                kernels, every, no90 = self.generate(out, *extra)
+                self.assertEqual(no90, set())
+                self.assertEqual(every, {k for k in kernels if "sm90" not in k})
+
+    def test_sm90_alone_leaves_the_prefill_tiles_out(self):
+        with tempfile.TemporaryDirectory() as out:
+            kernels, every, no90 = self.generate(out, "--sm90", "--archs", "90")
+            self.assertEqual(no90, set())
+            self.assertTrue(every)
+            self.assertTrue(all(gen.parse_short_name(k).B_r == 64 for k in every))
 
 
 if __name__ == "__main__":
