@@ -13,7 +13,8 @@ the time and its unit (ms). Prints three tables, seconds of one core each:
 - phase: per phase (its name cut at " (") and arch, the seconds summed over every file and the
   share of all; the generated kernel files compile each family once per arch (the mma.sync family
   for sm_80 and sm_90, the sm90 family for sm_90a), so cicc and ptxas appear once per arch.
-- kernel files: the generated files fa_fwd_<family>_<dtype>_hd<dim>_<n>.cu grouped by family
+- kernel files: the generated files fa_fwd_<family>_hd<dim>_<n>.cu (fa_fwd_<family>_<dtype>_hd<dim>_<n>.cu
+  before 2026-11-29) grouped by family
   and head dim: files, seconds, and the cicc and ptxas seconds in them; other sources as "other".
 - files: the --top N (default 10) sources by seconds, with their cicc and ptxas seconds.
 
@@ -31,7 +32,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ncu_compare import table  # noqa: E402 (tools/, beside this file)
 
-KERNEL_FILE = re.compile(r"fa_fwd_(?P<family>[a-z0-9]+)_(?P<dtype>[a-z0-9]+)_hd(?P<dim>\d+)_\d+\.cu$")
+KERNEL_FILE = re.compile(r"fa_fwd_(?P<family>[a-z0-9]+)_(?:(?P<dtype>[a-z0-9]+)_)?hd(?P<dim>\d+)_\d+\.cu$")
 SCALE = {"ms": 1e-3, "s": 1.0, "us": 1e-6}
 
 

@@ -2,10 +2,11 @@
 """Generates the GPU kernel instantiations and the registry entries from one list.
 
 CMake runs this at configure time with the build's options; it writes, into --out:
-  fa_fwd_<arch>_<dtype>_hd<d>_<part>.cu  explicit instantiations of the kernel template plus a function
+  fa_fwd_<arch>_hd<d>_<part>.cu         explicit instantiations of the kernel template plus a function
                                         that adds each one to the registry (one file per (kernel
-                                        family, dtype, head dim) group, split every --per-file kernels
-                                        so builds parallelise);
+                                        family, head dim) group, its dtypes together, split every
+                                        --per-file kernels so builds parallelise; <arch> sm80no90
+                                        for the mma.sync tiles without sm_90 code, off_sm90);
   registry_generated.cpp                calls every group's registration function;
   families_generated.cpp                find_family(): the families this build compiles;
   family_configs_generated.cpp          family_configs(): every family's config rules and names,
@@ -551,19 +552,24 @@ def main():
     pairs_of = lambda c: kernel_pairs(c, by_dim, tables)  # noqa: E731
     os.makedirs(args.out, exist_ok=True)
 
+    # A head dim's dtypes share files: each file costs 2.5-3.7 s of headers and host code on one
+    # core of CI's machine whatever it holds (an empty one: nvcc, bare, 2.0 s), so fewer, fuller
+    # files build faster where cores are few (CMake's FA_KERNELS_PER_FILE default).
     groups = {}
     for c in configs:
-        groups.setdefault((c.family, no90(c), c.dtype, c.d_head), []).append(c)
+        groups.setdefault((c.family, no90(c), c.d_head), []).append(c)
     sources, functions, no90_sources = {f.id: [] for f in built}, [], []
-    for (family_id, skips_90, dtype, d), members in sorted(groups.items()):
+    for (family_id, skips_90, d), members in sorted(groups.items()):
         family = FAMILIES[family_id]
-        for part, start in enumerate(range(0, len(members), args.per_file)):
-            stem = (f"fa_fwd_{family.arch}{'no90' if skips_90 else ''}_"
-                    f"{DTYPE_NAMES[dtype].lower()}_hd{d}_{part}")
+        # The fewest files of at most --per-file kernels, their sizes as even as can be.
+        files = -(-len(members) // args.per_file)
+        size = -(-len(members) // files)
+        for part, start in enumerate(range(0, len(members), size)):
+            stem = f"fa_fwd_{family.arch}{'no90' if skips_90 else ''}_hd{d}_{part}"
             fn = f"register_{stem}"
             body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}"
                            f"{family.registration(c, pairs_of)}>(registry);\n"
-                           for c in members[start:start + args.per_file])
+                           for c in members[start:start + size])
             text = (BANNER + f'#include "cuda/{family.folder}/launch.cuh"\n\nnamespace fa::cuda {{\n\n'
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")
             path = os.path.join(args.out, stem + ".cu")

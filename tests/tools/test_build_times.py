@@ -76,6 +76,16 @@ class BuildTimesTest(unittest.TestCase):
         self.assertEqual(rows[1], ["sm90a", "128", "1", "2.8", "1.5", "1.0"])
         self.assertEqual(rows[2], ["other", "-", "1", "0.5", "0.5", "0.0"])
 
+    def test_file_names_with_and_without_a_dtype(self):
+        # Since 2026-11-29 a file holds a head dim's dtypes together (no dtype in its name), and
+        # the mma.sync tiles without sm_90 code are family "sm80no90".
+        for name, family, dim in (("fa_fwd_sm80no90_hd256_0.cu", "sm80no90", "256"),
+                                  ("fa_fwd_sm90a_hd64_2.cu", "sm90a", "64"),
+                                  ("fa_fwd_sm80_bf16_hd128_0.cu", "sm80", "128")):
+            m = build_times.KERNEL_FILE.search("/b/generated/" + name)
+            self.assertIsNotNone(m, name)
+            self.assertEqual((m["family"], m["dim"]), (family, dim))
+
     def test_top_files(self):
         _, out, _ = run(LOG, "--top", "2")
         rows = section(out, "files (top 2)")
