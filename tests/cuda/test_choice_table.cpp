@@ -77,9 +77,13 @@ TEST_CASE("choice tables name valid kernels, each (head dims, causal) covered in
         // The default set is built from these tables: every named kernel of a built dtype and head
         // dim must be in the registry.
         std::string const dtype_option = dtype[0] == 'F' ? "fp16" : "bf16";
+        // A build of sm_90a alone holds no mma.sync prefill tile (FA_MMA_SYNC_SM90=decode).
+        bool const decode_tile = kc.B_r == 64 && kc.n_warps == 4;
         bool const built = (std::string(FA_KERNEL_SET_NAME) == "default" ||
                             std::string(FA_KERNEL_SET_NAME) == "all") &&
-                           (kc.family != FA_FAMILY_SM90 || FA_SM90_BUILT);
+                           (kc.family != FA_FAMILY_SM90 || FA_SM90_BUILT) &&
+                           (kc.family != FA_FAMILY_MMA_SYNC || decode_tile ||
+                            FA_MMA_SYNC_PREFILL_BUILT);
         bool wanted = false;
         for (std::string const& d : split(FA_BUILT_DTYPES, ',')) wanted |= d == dtype_option;
         bool head_dim_built = false;
