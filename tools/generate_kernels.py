@@ -262,8 +262,8 @@ def off_sm90(c, sm90, mma_sync_sm90):
     --mma-sync-sm90 decode, the mma.sync family's prefill tiles. On sm_90 the choice runs them
     only through the table's fallback rows, for problems the Hopper family refuses (a stride of
     2^39 elements or more, 2^31 - 1 pages; family.cpp), where the largest decode tile runs instead;
-    their sm_90 code was 30-45% of the family's sm_90 compile (one file per tile, CI's machine:
-    13.6-16.7 s of 45.8-57.2 per 16-bit head dim)."""
+    their sm_90 code was 30-37% of the family's sm_90 compile (one file per tile, a 2-core
+    machine: 13.6-16.7 s of 45.2-51.4 per bf16 head dim)."""
     return sm90 and mma_sync_sm90 == "decode" and c.family == 0 and not decode_tile(c)
 
 
@@ -552,7 +552,7 @@ def main():
     pairs_of = lambda c: kernel_pairs(c, by_dim, tables)  # noqa: E731
     os.makedirs(args.out, exist_ok=True)
 
-    # A head dim's dtypes share files: each file costs 2.5-3.7 s of headers and host code on one
+    # A head dim's dtypes share files: each file costs 2.6-3.7 s of headers and host code on one
     # core of CI's machine whatever it holds (an empty one: nvcc, bare, 2.0 s), so fewer, fuller
     # files build faster where cores are few (CMake's FA_KERNELS_PER_FILE default).
     groups = {}
