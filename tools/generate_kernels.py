@@ -545,9 +545,10 @@ def main():
     built = [f for f in FAMILIES if not f.own_arch or (f.own_arch == "90a" and args.sm90)]
     configs = select(args.kernel_set, dtypes, head_dims, tables, args.sm90, built)
     archs = [int(a) for a in filter(None, args.archs.split(";"))]
-    no90 = lambda c: off_sm90(c, args.sm90, args.mma_sync_sm90)  # noqa: E731
+    # Without --archs (a tool that lists or compiles kernels), every tile is every arch's.
+    no90 = lambda c: bool(archs) and off_sm90(c, args.sm90, args.mma_sync_sm90)  # noqa: E731
     # A build of sm_90 alone leaves such tiles out: no arch would compile them.
-    if not any(a != 90 for a in archs):
+    if archs and not any(a != 90 for a in archs):
         configs = [c for c in configs if not no90(c)]
     pairs_of = lambda c: kernel_pairs(c, by_dim, tables)  # noqa: E731
     os.makedirs(args.out, exist_ok=True)

@@ -7,7 +7,8 @@
 // parameter, so the rules are constexpr: the templates static_assert them, and the C API reports
 // the same rules with their reasons at run time (core/kernel_config_text.hpp: the names and
 // reasons in words, apart so that the kernel files, which include this header, parse no
-// <string>: each of the 30 or so is about 2 s faster to compile without it).
+// <string>: with the other headers they no longer parse, an empty kernel file compiles in
+// 2.6-3.7 s instead of 5.6).
 #pragma once
 
 #include <compare>

@@ -107,8 +107,8 @@ cudaError_t launch_kernel(ForwardParams const& params, dim3 grid, bool general, 
 // Instantiates the kernel for C and adds it to the registry (called from the generated files).
 template <KernelConfig C>
 void register_kernel(Registry& registry) {
-  add_kernel(registry, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>, &kernel_occupancy<C>,
-                                  &launch_kernel<C>});
+  add_kernel(registry, KernelEntry{C, &prepare_kernel<C>, &kernel_attributes<C>,
+                                   &kernel_occupancy<C>, &launch_kernel<C>});
 }
 
 }  // namespace fa::cuda::sm80

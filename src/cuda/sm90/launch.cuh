@@ -192,7 +192,7 @@ void register_kernel(Registry& registry) {
                 "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile (its own "
                 "width the widest), in ascending order of work");
   add_kernel(registry, KernelEntry{C, &prepare_kernel<C, kList>, &kernel_attributes<C>,
-                                  &kernel_occupancy<C>, &launch_kernel<C, kList>});
+                                   &kernel_occupancy<C>, &launch_kernel<C, kList>});
 }
 
 }  // namespace fa::cuda::sm90
