@@ -138,7 +138,7 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
   // instantiations only, the general one and the narrow pairs: kernel.cuh) is zero-filled,
   // never read.
   auto gather = [&](void const* tensor, int64_t head_stride, int64_t const(&off)[kSlots],
-                    uint32_t dst, int cols, int groups) {
+                    uint32_t dst, int cols, int groups, bool whole) {
     int const ptid = producer_thread();
     int const lane = ptid % 32, warp = ptid / 32;
     // This thread's first chunk of a row, and its row in its warp's pass. Its kPerThread chunks
@@ -171,14 +171,15 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     // rolled).
 #pragma unroll 1
     for (int g = 0; g < groups; ++g) {
-      auto pass = [&](int i) {
+      auto pass = [&](int i, auto whole_block) {
         // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
         // slot (i * kWarpRows) / 32 (selected, not indexed: a rolled loop would put off[] in
         // local memory).
         int const from = (i * kWarpRows) % 32 + sub;
         int64_t const mine = (i * kWarpRows) / 32 == 0 ? off[0] : off[kSlots - 1];
         int64_t const pass_off = __shfl_sync(0xffffffffu, mine, from);
-        bool const in_keys = pass_off >= 0;
+        constexpr bool kWhole = decltype(whole_block)::value;
+        bool const in_keys = kWhole || pass_off >= 0;
         Elem const* src = base + g * kChunks * 8 + (in_keys ? pass_off : 0);
         uint32_t const at = uint32_t(g * kChunks / 8 * T::kBc * 128) +
                             uint32_t(i * kRowsPerPass * 128) +
@@ -187,21 +188,35 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
         for (int j = 0; j < kPerThread; ++j) {
           uint32_t const block = uint32_t(j * kRowThreads / 8) * T::kBc * 128;
           uint32_t const flip = uint32_t(j * kRowThreads % 8) << 4;
-          bool const in_cols = !kBounded || (chunk + g * kChunks + j * kRowThreads) * 8 < cols;
-          ptx::cp_async_16_zfill(dst + block + (at ^ flip), src + j * kRowThreads * 8,
-                                 in_keys && in_cols);
+          if constexpr (kWhole) {
+            ptx::cp_async_16(dst + block + (at ^ flip), src + j * kRowThreads * 8);
+          } else {
+            bool const in_cols =
+                !kBounded || (chunk + g * kChunks + j * kRowThreads) * 8 < cols;
+            ptx::cp_async_16_zfill(dst + block + (at ^ flip), src + j * kRowThreads * 8,
+                                   in_keys && in_cols);
+          }
         }
       };
       // Several chunks per thread: passes in a loop, so the copies of one pass are in flight
       // before the next pass's look-up, on the producer's 24 registers of then (unrolled, ptxas
       // hoisted the passes' shuffles and spilled 204-504 bytes in the d 128 kernels, from
       // 60-384).
-      if constexpr (kPerThread > 1) {
+      auto passes = [&](auto whole_block) {
+        if constexpr (kPerThread > 1) {
 #pragma unroll 1
-        for (int i = 0; i < kPasses; ++i) pass(i);
-      } else {
+          for (int i = 0; i < kPasses; ++i) pass(i, whole_block);
+        } else {
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i) pass(i);
+          for (int i = 0; i < kPasses; ++i) pass(i, whole_block);
+        }
+      };
+      // The form is a tag of the innermost lambdas: nvcc 13.0's front end crashed on it as a
+      // template parameter or tag of the outer one.
+      if (whole) {
+        passes(std::true_type{});
+      } else {
+        passes(std::false_type{});
       }
     }
     ptx::cp_async_commit();
@@ -219,8 +234,14 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     int64_t off[kSlots];
     mbar_wait(&sm.k_empty[s], phase ^ 1);
     offsets(p.k_batch_stride, p.k_seq_stride, off);
+    // A block of whole rows and columns (every block but a sequence's last, where its keys end
+    // mid-block, and a bounded head dim's) copies with the plain cp.async: the zero-filling form
+    // (SASS LDGSTS...ZFILL) costs 8 shared-memory wavefronts an instruction where the plain one
+    // costs 4, as FA4's copies do (ncu, H200, d 256 on pages of 1: 132.6 M -> 66.3 M, the
+    // kernel 1.03x faster; docs/performance.md session 58).
+    bool const whole_rows = (n + 1) * T::kBc <= w.seq.sk;
     gather(p.k, p.k_head_stride, off, smem_addr(sm.k_tiles + s * T::kKVBytes), p.head_dim,
-           kGroups);
+           kGroups, whole_rows && (!kBounded || p.head_dim >= T::kD));
     // V's offsets, then the next block's pages, which load while this block's copies run and
     // the V stage frees. Looked up after V's copies instead (no offsets held across the wait),
     // pages of 1 ran 0.93-0.97x as fast (chunked prefill, d 128, H200; docs/performance.md):
@@ -233,7 +254,7 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     }
     mbar_wait(&sm.v_empty[s], phase ^ 1);
     gather(p.v, p.v_head_stride, off, smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v,
-           kVGroups);
+           kVGroups, whole_rows && (!kBounded || p.head_dim_v >= T::kDv));
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
     pending_v = s;
