@@ -253,23 +253,45 @@ struct E4M3LdsmAddress {
 // (cp.async; the warp then waits and meets __syncwarp, no other warp is involved): lane l
 // moves chunk l % 4 of each slab of rows first + l / 4 + 8 i. row_ptr(i, r) is tile row r's start
 // in global memory for pass i. Rows at or past `rows` and bytes at or past head_dim are
-// zero-filled (cp_async_16_bytes), their addresses never formed.
-template <KernelConfig C, int kRows, int kWarpRows, class RowPtr>
-__device__ __forceinline__ void load_warp_rows_e4m3(uint32_t tile, RowPtr const& row_ptr,
+// zero-filled (cp_async_16_bytes), their addresses never formed; with kWhole (every row below
+// `rows`, head_dim the kernel's) each chunk is a plain 16-byte copy.
+template <KernelConfig C, int kRows, int kWarpRows, bool kWhole, class RowPtr>
+__device__ __forceinline__ void copy_warp_rows_e4m3(uint32_t tile, RowPtr const& row_ptr,
                                                     uint8_t const* any_valid, int first, int lane,
                                                     int rows, int head_dim) {
   static_assert(kWarpRows % 8 == 0 && C.d_head % 64 == 0, "8-row passes, whole slabs");
   unrolled_for<kWarpRows / 8>([&](int i) {
     int const r = first + lane / 4 + 8 * i;
-    bool const in_rows = r < rows;
+    bool const in_rows = kWhole || r < rows;
     uint8_t const* const src = in_rows ? row_ptr(i, r) : any_valid;
     unrolled_for<C.d_head / 64>([&](int s) {
       int const chunk = 4 * s + lane % 4;
-      int const bytes = in_rows ? max(0, min(16, head_dim - 16 * chunk)) : 0;
-      ptx::cp_async_16_bytes(tile + e4m3_tile_offset<kRows>(r, chunk),
-                             bytes > 0 ? src + 16 * chunk : any_valid, bytes);
+      if constexpr (kWhole) {
+        ptx::cp_async_16(tile + e4m3_tile_offset<kRows>(r, chunk), src + 16 * chunk);
+      } else {
+        int const bytes = in_rows ? max(0, min(16, head_dim - 16 * chunk)) : 0;
+        ptx::cp_async_16_bytes(tile + e4m3_tile_offset<kRows>(r, chunk),
+                               bytes > 0 ? src + 16 * chunk : any_valid, bytes);
+      }
     });
   });
+}
+
+// copy_warp_rows_e4m3, with plain copies where the warp's rows and columns are all there (every
+// block but a sequence's last, at the kernel's head dim): the zero-filling form (SASS
+// LDGSTS...ZFILL) costs 8 shared-memory wavefronts a copy instruction where the plain one costs
+// 4 (ncu, H200, the sm90 gather: docs/performance.md session 58).
+template <KernelConfig C, int kRows, int kWarpRows, class RowPtr>
+__device__ __forceinline__ void load_warp_rows_e4m3(uint32_t tile, RowPtr const& row_ptr,
+                                                    uint8_t const* any_valid, int first, int lane,
+                                                    int rows, int head_dim) {
+  if (first + kWarpRows <= rows && head_dim >= C.d_head) {
+    copy_warp_rows_e4m3<C, kRows, kWarpRows, true>(tile, row_ptr, any_valid, first, lane, rows,
+                                                   head_dim);
+  } else {
+    copy_warp_rows_e4m3<C, kRows, kWarpRows, false>(tile, row_ptr, any_valid, first, lane, rows,
+                                                    head_dim);
+  }
 }
 
 // Q for the MMAs against an e4m3 cache, rewritten in place. kToFp16 (bf16 queries): each row
