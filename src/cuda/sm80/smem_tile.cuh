@@ -120,14 +120,15 @@ __device__ __forceinline__ void load_block(typename Traits<C>::T* smem, RowPtr c
 // at 1.6 TB/s on the H200 (d 128 decode; 4.5 TB/s in bf16 with 16-byte ones): the copies in
 // flight, not their bytes, bound a decode block. The rows need 16-byte alignment (strides in
 // whole 16-element units, cannot_run); chunks past head_dim read 8 bytes or none and are
-// zero-filled, as are rows past `rows`.
+// zero-filled, as are rows past `rows`; with kWhole (a block of whole rows at the kernel's head
+// dim) every chunk is a plain 16-byte copy (load_warp_rows_e4m3 says why).
 template <KernelConfig C>
 struct E4M3Tile {
   static constexpr int kChunks = C.d_head / 16;       // 16-byte e4m3 chunks per row
   static constexpr int kSlots = (kChunks + 7) / 8;    // chunks per thread and row, at most
 };
 
-template <KernelConfig C, int kRows, bool kBounded, class RowPtr>
+template <KernelConfig C, int kRows, bool kBounded, bool kWhole, class RowPtr>
 __device__ __forceinline__ void load_tile_e4m3(uint32_t staging, RowPtr const& row_ptr,
                                                uint8_t const* any_valid, int tid, int rows,
                                                int head_dim) {
@@ -141,10 +142,12 @@ __device__ __forceinline__ void load_tile_e4m3(uint32_t staging, RowPtr const& r
     uint8_t const* const src = in_rows ? row_ptr(i, row0 + i * Tr::kCopyRows) : any_valid;
     unrolled_for<E::kSlots>([&](int m) {
       int const col = 16 * (tid % 8 + 8 * m);
-      if (col < C.d_head) {
+      uint32_t const slot = staging + 16 * ((i * E::kSlots + m) * Tr::kThreads + tid);
+      if constexpr (kWhole) {
+        if (col < C.d_head) ptx::cp_async_16(slot, src + col);
+      } else if (col < C.d_head) {
         int const bytes = in_rows ? max(0, min(16, head_dim - col)) : 0;
-        ptx::cp_async_16_bytes(staging + 16 * ((i * E::kSlots + m) * Tr::kThreads + tid),
-                               bytes > 0 ? src + col : any_valid, bytes);
+        ptx::cp_async_16_bytes(slot, bytes > 0 ? src + col : any_valid, bytes);
       }
     });
   });
@@ -210,10 +213,12 @@ template <KernelConfig C, int kRows, class RowPtr>
 __device__ __forceinline__ void load_block_e4m3(uint32_t staging, RowPtr const& row_ptr,
                                                 uint8_t const* any_valid, int tid, int rows,
                                                 int head_dim) {
-  if (rows >= kRows) {
-    load_tile_e4m3<C, kRows, false>(staging, row_ptr, any_valid, tid, rows, head_dim);
+  if (rows >= kRows && head_dim >= C.d_head) {
+    load_tile_e4m3<C, kRows, false, true>(staging, row_ptr, any_valid, tid, rows, head_dim);
+  } else if (rows >= kRows) {
+    load_tile_e4m3<C, kRows, false, false>(staging, row_ptr, any_valid, tid, rows, head_dim);
   } else {
-    load_tile_e4m3<C, kRows, true>(staging, row_ptr, any_valid, tid, rows, head_dim);
+    load_tile_e4m3<C, kRows, true, false>(staging, row_ptr, any_valid, tid, rows, head_dim);
   }
 }
 
