@@ -17,6 +17,8 @@ CMake runs this at configure time with the build's options; it writes, into --ou
                                         check the built registry against it);
   families.txt                          one line per family built: its folder and the one arch it
                                         compiles for alone ("-": the build's arch list), for CMake;
+  mma_sync_prefill.txt                  ON, or OFF where a build of sm_90 alone left the mma.sync
+                                        prefill tiles out (off_sm90), for the tests' CMake;
   sources_<family>.txt                  each family's sources, for CMake: its generated .cu files and
                                         the host .cpp files of its folder but config.cpp.
 Files whose content is unchanged are not rewritten, so a re-configure rebuilds nothing.
@@ -548,7 +550,8 @@ def main():
     # Without --archs (a tool that lists or compiles kernels), every tile is every arch's.
     no90 = lambda c: bool(archs) and off_sm90(c, args.sm90, args.mma_sync_sm90)  # noqa: E731
     # A build of sm_90 alone leaves such tiles out: no arch would compile them.
-    if archs and not any(a != 90 for a in archs):
+    left_out = bool(archs) and not any(a != 90 for a in archs) and any(no90(c) for c in configs)
+    if left_out:
         configs = [c for c in configs if not no90(c)]
     pairs_of = lambda c: kernel_pairs(c, by_dim, tables)  # noqa: E731
     os.makedirs(args.out, exist_ok=True)
@@ -634,6 +637,9 @@ def main():
                              "\n" for f in FAMILIES))
     write_if_changed(os.path.join(args.out, "families.txt"),
                      "".join(f"{f.folder} {f.own_arch or '-'}\n" for f in built))
+    # Whether the mma.sync prefill tiles (off_sm90's) are in the build, for the tests' CMake:
+    # the choice table's rows that name them expect them registered only then.
+    write_if_changed(os.path.join(args.out, "mma_sync_prefill.txt"), "OFF\n" if left_out else "ON\n")
     # The mma.sync files without sm_90 code (off_sm90): CMake compiles them for the other archs.
     write_if_changed(os.path.join(args.out, "sources_sm80_no90.txt"),
                      "".join(path + "\n" for path in no90_sources))

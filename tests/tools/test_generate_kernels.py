@@ -159,6 +159,9 @@ class MmaSyncOnSm90(unittest.TestCase):
             return {l.removeprefix("  // ") for l in text.splitlines() if l.startswith("  // (")}
         return kernels, names("sources_sm80.txt"), names("sources_sm80_no90.txt")
 
+    def prefill_built(self, out):
+        return open(os.path.join(out, "mma_sync_prefill.txt")).read()
+
     def test_prefill_tiles_skip_sm90_decode_tiles_do_not(self):
         with tempfile.TemporaryDirectory() as out:
             kernels, every, no90 = self.generate(out, "--sm90", "--archs", "80;90")
@@ -171,6 +174,7 @@ class MmaSyncOnSm90(unittest.TestCase):
             self.assertTrue(no90 and all(c.B_r != 64 for c in tiles(no90)))
             # The table's fallback rows name them: d 128's 128 x 64 tile, d 256's two.
             self.assertIn("(BF16, 128, 128, 64, 4): async+eager+swizzled+load_2_2_0_tiles", no90)
+            self.assertEqual(self.prefill_built(out), "ON\n")
 
     def test_without_the_hopper_family_or_with_all_every_tile_is_everywhere(self):
         for extra in (["--archs", "80;90"], ["--sm90", "--archs", "80;90", "--mma-sync-sm90", "all"]):
@@ -178,6 +182,7 @@ class MmaSyncOnSm90(unittest.TestCase):
                 kernels, every, no90 = self.generate(out, *extra)
                 self.assertEqual(no90, set())
                 self.assertEqual(every, {k for k in kernels if "sm90" not in k})
+                self.assertEqual(self.prefill_built(out), "ON\n")
 
     def test_sm90_alone_leaves_the_prefill_tiles_out(self):
         with tempfile.TemporaryDirectory() as out:
@@ -185,6 +190,7 @@ class MmaSyncOnSm90(unittest.TestCase):
             self.assertEqual(no90, set())
             self.assertTrue(every)
             self.assertTrue(all(gen.parse_short_name(k).B_r == 64 for k in every))
+            self.assertEqual(self.prefill_built(out), "OFF\n")
 
 
 if __name__ == "__main__":
