@@ -2,7 +2,7 @@
 //
 //   flashattn_bench [--kernel NAME | --all-kernels] [--dtype bf16|fp16|e4m3] [--head-dims 64,192:128,...]
 //                   [--causal 0,1] [--seqlens 512,1024,...,16384] [--iters N] [--csv]
-//                   [--autotune] [--window-ms MS] [--heads N] [--row-align N]
+//                   [--autotune] [--window-ms MS] [--heads N] [--row-align N] [--workspace 0|1]
 //
 // Grid (FA2/FA3 papers): hidden size 2048 (heads = 2048 / head_dim; 32 where head_dim does not
 // divide 2048, as for d 192; --heads N sets them for every head dim, to time dims at the same
@@ -22,6 +22,9 @@
 // tuned choice too.
 // --dtype e4m3 times the FP8 kernels: e4m3 Q, K and V (standard normal values rounded to e4m3,
 // descales 1), O in bf16.
+// Each plan runs with the workspace fa_plan_workspace_size() asks for (allocated once per point,
+// as a serving loop keeps its own; FP8 prefill uses it for V transposed ahead of the run);
+// --workspace 0 passes none (the runs that need none: FP8 then transposes V in the kernel).
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -140,6 +143,7 @@ struct Options {
   double window_ms = 200;  // back-to-back timing over at least this long
   int heads = 0;           // 0: 2048 / head_dim (32 where it does not divide)
   int row_align = 0;       // 0: packed rows; else each head's row rounded up to this many elements
+  bool workspace = true;   // pass the plan's workspace
 };
 
 // `text` as an integer from lo to hi, or the program ends naming `flag`.
@@ -193,6 +197,8 @@ Options parse_args(int argc, char** argv) {
       o.heads = int_in(a, next(), 1, 1024);
     } else if (a == "--row-align") {
       o.row_align = int_in(a, next(), 1, 256);
+    } else if (a == "--workspace") {
+      o.workspace = int_in(a, next(), 0, 1) == 1;
     } else {
       die("unknown argument " + a + " (see the comment at the top of bench/flashattn_bench.cpp)");
     }
@@ -308,8 +314,12 @@ int main(int argc, char** argv) {
           fa_kernel_config used;
           check(fa_kernel_config_init(&used), "init");
           check(fa_plan_kernel(plan, &used), "fa_plan_kernel");
+          size_t ws = 0;
+          if (opt.workspace) check(fa_plan_workspace_size(plan, &ws), "fa_plan_workspace_size");
+          void* workspace = nullptr;
+          if (ws > 0) check_cuda(cudaMalloc(&workspace, ws), "cudaMalloc(workspace)");
           auto run = [&] {
-            check(fa_plan_run(plan, q, k, v, o, nullptr, nullptr, 0, nullptr), "fa_plan_run");
+            check(fa_plan_run(plan, q, k, v, o, nullptr, workspace, ws, nullptr), "fa_plan_run");
           };
           for (int w = 0; w < 3; ++w) run();
           auto elapsed_ms = [&](int calls) {
@@ -340,6 +350,7 @@ int main(int argc, char** argv) {
                         tflops, name.c_str());
           }
           std::fflush(stdout);
+          if (workspace != nullptr) check_cuda(cudaFree(workspace), "cudaFree(workspace)");
         };
         size_t const n_runs = use_default ? 1 : kernels.size();
         for (size_t r = 0; r < n_runs; ++r) {

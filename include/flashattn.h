@@ -387,8 +387,10 @@ typedef struct fa_run_args {
   const int32_t* block_table;    /*!< FA_LAYOUT_PAGED_KV: batch x max_pages_per_seq, row-major. */
   const float* alibi_slopes;     /*!< fa_config.alibi != 0: the slopes (see fa_alibi). */
   const float* sinks;            /*!< fa_config.sinks == 1: heads_q logits. */
-  void* workspace;               /*!< Device scratch memory for split-KV, or NULL; 16-byte
-                                      aligned (else FA_STATUS_UNSUPPORTED when a split uses it). */
+  void* workspace;               /*!< Device scratch memory for split-KV (or, since 0.3.0, an FP8
+                                      prefill's transposed V: fa_plan_workspace_size()), or NULL;
+                                      16-byte aligned (else FA_STATUS_UNSUPPORTED when a split
+                                      uses it; an FP8 prefill then transposes V in the kernel). */
   size_t workspace_size;         /*!< Its size in bytes. */
 
   /* ---- Since 0.3.0, appended after workspace_size (FP8). A caller whose struct_size ends
@@ -563,7 +565,8 @@ FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const vo
  *  passed in args->workspace. With fa_config.num_splits = 0 (automatic) they split the keys only
  *  when it holds what the split needs (query it with fa_plan_workspace_size() on a plan of the
  *  same config), and otherwise run unsplit; a forced num_splits > 1 without that workspace fails
- *  with FA_STATUS_WORKSPACE_TOO_SMALL.
+ *  with FA_STATUS_WORKSPACE_TOO_SMALL. Likewise an FP8 prefill (see fa_plan_workspace_size())
+ *  transposes V ahead of the run into a workspace that holds it, and otherwise in the kernel.
  *  @return as fa_forward(); FA_STATUS_INVALID_ARGUMENT also when a pointer the config needs
  *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, when a
  *          q_descale, k_descale or v_descale is given for a tensor that is not FA_DTYPE_E4M3
@@ -893,11 +896,19 @@ FA_API fa_status fa_plan_create_with_kernel(fa_context_t* ctx, const fa_config* 
 FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
 
 /*! fa_plan_workspace_size() :
- *  @param size  receives the bytes of device scratch memory fa_plan_run() needs: 0 for an unsplit
- *               plan, and for a split-KV plan (fa_plan_num_splits() > 1) the float32 partial
- *               outputs and LSEs of every split, num_splits * rows * heads_q * (head_dim_v + 1)
- *               * 4 bytes rounded up to 256 (rows = batch * seqlen_q, or total_q for varlen;
- *               head_dim_v as fa_config resolves it).
+ *  @param size  receives the bytes of device scratch memory fa_plan_run() needs: 0 for most
+ *               unsplit plans; for a split-KV plan (fa_plan_num_splits() > 1) the float32
+ *               partial outputs and LSEs of every split, num_splits * rows * heads_q *
+ *               (head_dim_v + 1) * 4 bytes rounded up to 256 (rows = batch * seqlen_q, or
+ *               total_q for varlen; head_dim_v as fa_config resolves it). An unsplit FP8
+ *               prefill on Hopper (dtype FA_DTYPE_E4M3, FA_LAYOUT_DENSE, head_dim_v a multiple
+ *               of 16, at least 16 blocks of 128 query rows per K/V head, 32 with causal or a
+ *               window) asks for V transposed ahead of the run, about the bytes of V (batch *
+ *               heads_kv * ceil(seqlen_k / B_c) blocks of head_dim_v / 8 * (B_c * 8 + 16)
+ *               bytes, B_c the kernel's keys per block): given it, the run launches a transpose
+ *               kernel before the attention kernel (1.03-1.17x from 4k keys on an H200); without
+ *               it, the kernel transposes V itself, with the same result. The plan's size is
+ *               the same for every run.
  *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
  *  Thread-safe. Since 0.1.0 (non-zero since 0.3.0). */
 FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);

@@ -24,7 +24,11 @@ struct Schedule {
   int num_splits = 1;
   bool general = false;        // needs the kernels' general instantiation (KernelEntry::launch)
   int64_t blocks = 0;          // thread blocks of the forward kernel
-  size_t workspace_bytes = 0;  // split-KV partials; 0 when unsplit
+  size_t workspace_bytes = 0;  // split-KV partials or V's images; 0 when neither
+  // Optional scratch: the sm90 FP8 kernels' V transposed ahead of the run
+  // (ForwardParams::v_images), used when the run's workspace holds it (then workspace_bytes,
+  // unsplit); a run without it transposes in the kernel.
+  size_t v_image_bytes = 0;
   bool key_split = false;      // the warps share each key block (ForwardParams::key_split)
 };
 

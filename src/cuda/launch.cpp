@@ -69,6 +69,13 @@ fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTe
   params->q_descale = t.run.q_descale;
   params->k_descale = t.run.k_descale;
   params->v_descale = t.run.v_descale;
+  // V's images where the workspace holds them (16-byte aligned: whole-block bulk copies), else
+  // the kernel transposes V itself.
+  params->v_images = schedule.v_image_bytes > 0 && t.workspace != nullptr &&
+                             t.workspace_size >= schedule.v_image_bytes &&
+                             reinterpret_cast<uintptr_t>(t.workspace) % 16 == 0
+                         ? t.workspace
+                         : nullptr;
   if (schedule.num_splits > 1) {
     // [num_splits, rows, heads_q, head_dim_v] floats, then [num_splits, heads_q, rows]: the
     // first part's size is a multiple of 8 floats (head_dim_v is), so the LSEs stay 32-byte

@@ -199,16 +199,24 @@ void check_result(FeatureData const& d, std::string const& what) {
   check_result(d, what, fa_test::feature_reference(d));
 }
 
-// Runs `d` through a plan (pinned to `kernel` when given) with the workspace the plan asks for;
-// returns the plan's split count.
-int run_plan(Gpu const& gpu, FeatureData& d, fa_kernel_config const* kernel) {
+// Runs `d` through a plan (pinned to `kernel` when given) with the workspace the plan asks for
+// (with `workspace` false, none: a split run then goes unsplit, an FP8 one transposes V in the
+// kernel); returns the plan's split count and, in `bytes`, the workspace it asked for.
+int run_plan(Gpu const& gpu, FeatureData& d, fa_kernel_config const* kernel,
+             bool workspace = true, size_t* bytes = nullptr) {
   PlannedRun run(gpu, d, kernel);
   int splits = 0;
   REQUIRE(fa_plan_num_splits(run.plan, &splits) == FA_STATUS_SUCCESS);
   if (d.c.num_splits > 0) CHECK(splits == d.c.num_splits);
-  CHECK((run.bytes == 0) == (splits == 1));
+  // A split needs its partials; otherwise only an FP8 run asks for a workspace (V's images).
+  if (splits > 1 || d.c.dtype != FA_DTYPE_E4M3) CHECK((run.bytes == 0) == (splits == 1));
+  if (bytes != nullptr) *bytes = run.bytes;
   DeviceCase dev(d);
   fa_run_args args = run.args(dev, d);
+  if (!workspace) {
+    args.workspace = nullptr;
+    args.workspace_size = 0;
+  }
   fa_status const ran = fa_plan_run_ex(run.plan, dev.q.get(), dev.k.get(), dev.v.get(),
                                        dev.o.get(), static_cast<float*>(dev.lse.get()), &args,
                                        nullptr);
@@ -1473,6 +1481,19 @@ std::vector<FeatureCase> fp8_cases(int64_t dim) {
     c.causal = true;
     add(c);
   }
+  {
+    // V transposed ahead of the run (dense, 24 query tiles per V block: sm90/family.cpp's
+    // images_pay): keys ending mid-block, then V in fewer columns than the kernel's (zeros past
+    // them in the images).
+    FeatureCase c = base;
+    c.heads_q = 8;
+    c.heads_kv = 1;
+    c.sq = {300};
+    c.sk = {1013};
+    add(c);
+    c.head_dim_v = dim - 16;
+    add(c);
+  }
   return cases;
 }
 
@@ -1505,7 +1526,7 @@ std::vector<fa_kernel_config> fp8_kernels(Gpu const& gpu, FeatureData const& d, 
 TEST_CASE("e4m3 queries, keys and values on the FP8 kernels: within twice a naive FP8 reference's error") {
   Gpu gpu;
   uint64_t seed = 16000;
-  int n = 0, runs = 0;
+  int n = 0, runs = 0, image_runs = 0;
   int const step = sample_step();
   int index = 0;
   for (auto [dtype, dim] : compiled_shapes(true)) {
@@ -1520,16 +1541,26 @@ TEST_CASE("e4m3 queries, keys and values on the FP8 kernels: within twice a naiv
         if (std::isfinite(exact.o[i])) naive_error = std::max(naive_error, std::fabs(naive.o[i] - exact.o[i]));
       }
       for (fa_kernel_config const& k : fp8_kernels(gpu, d, dim)) {
-        FeatureData e = fa_test::make_feature_data(c, seed);
-        run_plan(gpu, e, &k);
-        check_fp8(e, name_of(k), exact, naive_error);
-        ++runs;
+        // With the plan's workspace (a dense problem's V transposed ahead of the run where the
+        // schedule finds it pays) and without (the kernel transposes V itself).
+        for (bool workspace : {true, false}) {
+          if (!workspace && c.num_splits > 1) continue;  // a forced split needs its workspace
+          FeatureData e = fa_test::make_feature_data(c, seed);
+          size_t bytes = 0;
+          int const splits = run_plan(gpu, e, &k, workspace, &bytes);
+          check_fp8(e, name_of(k) + (workspace ? " with" : " without") + " workspace", exact,
+                    naive_error);
+          image_runs += workspace && splits == 1 && bytes > 0 ? 1 : 0;
+          ++runs;
+        }
       }
       ++n;
     }
   }
-  MESSAGE(n << " FP8 cases, " << runs << " kernel runs");
+  MESSAGE(n << " FP8 cases, " << runs << " kernel runs, " << image_runs
+            << " of them on V's images");
   CHECK(n > 0);
+  if (step == 1) CHECK(image_runs > 0);
 }
 
 TEST_CASE("e4m3 queries: the FP8 kernels' RMSE beside a naive FP8 reference's, on inputs with outliers") {

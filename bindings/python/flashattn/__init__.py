@@ -196,7 +196,7 @@ class _Owner:
 class _Plan:
     """Owns one fa_plan_t*; a call that runs it holds a reference, so dropping it from a cache
     never frees a plan in use. `workspace` is the bytes of device scratch a run needs for its
-    split-KV partials (fa_plan_workspace_size)."""
+    split-KV partials or an FP8 prefill's transposed V (fa_plan_workspace_size)."""
 
     __slots__ = ("handle", "owner", "workspace", "_destroy")
 
@@ -690,9 +690,10 @@ def _run_args(name="run_args"):
 
 
 def _scratch(plan, workspace, tq, key, handle):
-    """(address, bytes, keepalive) of the split-KV scratch of a run of `plan`: the caller's
-    float32 array `workspace`, else one allocated here where the plan splits on a GPU, else
-    (None, 0, None). keepalive must be held until the run is enqueued."""
+    """(address, bytes, keepalive) of the scratch of a run of `plan` (split-KV partials, or an
+    FP8 prefill's transposed V): the caller's float32 array `workspace`, else one allocated here
+    where the plan asks for one on a GPU, else (None, 0, None). keepalive must be held until the
+    run is enqueued."""
     if workspace is not None:
         ptr, got, device, keepalive = _tensors.describe_aux(workspace, "workspace", "float32",
                                                             handle)
@@ -703,10 +704,11 @@ def _scratch(plan, workspace, tq, key, handle):
             size *= n
         return ptr, size, keepalive
     if plan.workspace and tq.device != _ffi.FA_DEVICE_CPU:
-        # Split-KV partials, allocated by q's library on its stream-ordered allocator
-        # (PyTorch's caching allocator makes this a free-list pop, and inside a CUDA graph
-        # capture a block of the graph's private pool). A producer this package cannot
-        # allocate with runs unsplit when the split was the library's own choice.
+        # Split-KV partials or an FP8 prefill's transposed V, allocated by q's library on its
+        # stream-ordered allocator (PyTorch's caching allocator makes this a free-list pop, and
+        # inside a CUDA graph capture a block of the graph's private pool). A producer this
+        # package cannot allocate with runs unsplit when the split was the library's own choice
+        # (and an FP8 prefill transposes V in the kernel).
         try:
             keepalive, ptr = _tensors.empty_float32(tq, ((plan.workspace + 3) // 4,),
                                                     "workspace", handle)
@@ -902,9 +904,12 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         a CUDA graph that captured it keeps using this array, which the caller keeps alive.
         ``num_splits * rows * heads_q * (head_dim_v + 1)`` floats suffice (rows = batch *
         seqlen_q, or total_q; at most 256 splits). A smaller one makes an automatic split run
-        unsplit, and a forced one raise WorkspaceTooSmallError. None allocates the scratch with
-        q's library per call (PyTorch: from its caching allocator, and inside a graph capture
-        from the graph's pool). The CPU backend needs none.
+        unsplit, and a forced one raise WorkspaceTooSmallError. An FP8 prefill (e4m3 q, k and v
+        on Hopper, long enough) also uses it for V transposed ahead of the run, about V's bytes
+        (``fa_plan_workspace_size``), and without it transposes V in the kernel: the same result,
+        a little slower. None allocates the scratch with q's library per call (PyTorch: from its
+        caching allocator, and inside a graph capture from the graph's pool). The CPU backend
+        needs none.
     q_descale, k_descale, v_descale : array, optional
         FP8 descale factors (since 0.3.0), contiguous float32 on q's device: shape ``(1,)``
         (per tensor) or ``(batch, heads_kv)`` (per sequence and K/V head), all alike; each only

@@ -86,6 +86,28 @@ int paged_rank(KernelConfig const& k, Problem const& p) {
   return box < 32 ? 1 : box < 64 ? 2 : 3;
 }
 
+// V's images (v_images.cuh): one per key block of each (sequence, K/V head) of a dense problem.
+int64_t v_image_count(KernelConfig const& k, Problem const& p) {
+  return p.batch * p.heads_kv * ((p.seqlen_k + k.B_c - 1) / k.B_c);
+}
+
+// Whether an FP8 problem's V is transposed ahead of the run (the producer then copies each
+// stage's image) rather than by the producer for every query tile. Dense problems only (a cache
+// holds more keys than a step reads; varlen's blocks start mid-row). The images cost a read of V
+// and a write of its size (about 15 us for the FA-paper grid's 32 MiB on an H200) and save each
+// query tile that reads a V block its transpose: on the H200 (FA-paper grid, d 128 and 256,
+// docs/performance.md) they ran 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x
+// at 1024 (8), 1.02-1.08x at 2048 non-causal (16) and 0.98-1.0x causal (whose tiles read half
+// the blocks on average), 1.03-1.17x from 4096. So: 16 query tiles per V block, 32 with a mask
+// that leaves tiles part of the keys.
+bool images_pay(KernelConfig const& k, Problem const& p) {
+  // (V's rows in whole 16-byte chunks: v_images.cuh's loads.)
+  if (p.layout != Layout::kDense || p.head_dim_v % 16 != 0) return false;
+  if (v_image_count(k, p) > INT32_MAX) return false;  // a grid's x extent
+  int64_t const tiles = (p.seqlen_q + k.B_r - 1) / k.B_r * (p.heads_q / p.heads_kv);
+  return tiles >= (p.causal || p.window ? 32 : 16);
+}
+
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
                   bool allow_split) {
   KernelConfig const& k = kernel.config;
@@ -110,11 +132,17 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   dense_cache.head_dim_v = v_cols(k);
   s.general = needs_general(dense_cache, k.d_head, int(v_cols(k)), false, s.num_splits);
   if (s.num_splits > 1) s.workspace_bytes = split_workspace_bytes(p, s.num_splits);
+  if (k.dtype == DType::kE4M3 && s.num_splits == 1 && images_pay(k, p)) {
+    s.v_image_bytes = size_t(v_image_count(k, p) * e4m3_v_image_bytes(k));
+    s.workspace_bytes = s.v_image_bytes;
+  }
   return s;
 }
 
 ForwardParams params(KernelConfig const& k, Problem const& p, Schedule const& s) {
-  return forward_params(p, k.B_r, s);
+  ForwardParams f = forward_params(p, k.B_r, s);
+  if (s.v_image_bytes > 0) f.v_image_blocks = int32_t((p.seqlen_k + k.B_c - 1) / k.B_c);
+  return f;
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ namespace fa::cuda::sm90 {
 // products run in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
 // An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in both instantiations (its
 // descales are read in either: sm90/family.cpp's schedule): the producer transposes V
-// (mainloop_load.cuh's load_transpose_v), P is rounded to e4m3 (mainloop_mma.cuh), q_descale *
+// (mainloop_load.cuh's load_transpose_v) or, on a dense problem given the workspace, copies the
+// images of its stages that v_images.cuh wrote before the run (load_fp8_images), P is rounded to e4m3 (mainloop_mma.cuh), q_descale *
 // k_descale is folded into the scores' scale as an e4m3 cache's k_descale is, and v_descale into
 // O, written in bf16 or fp16 (ForwardParams::o_bf16), staged for TMA where it fits.
 template <class T, bool kGeneral, int kQkCols = 0, int kVCols = 0, bool kE4M3 = false>
@@ -53,7 +54,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   Smem<T> const sm(smem_raw, kE4M3);
   TileScheduler<T> const sched(p);
   int const tid = threadIdx.x;
-  if (tid == 0) sm.init_barriers(kE4M3 || params.kv_gather ? 128 : 1, kE4M3);
+  // Arrivals that fill a V stage besides TMA's bytes: the 128 converting, gathering or
+  // transposing producer threads', or the one thread's that copies an FP8 tile's V image.
+  bool const v_by_threads =
+      kE4M3 || params.kv_gather || (T::kFp8 && params.p.v_images == nullptr);
+  if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3);
   __syncthreads();
 
   if (tid < 128) {
@@ -62,7 +67,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // (mainloop_load.cuh).
     regs_dealloc<T::kProducerRegs>();
     if constexpr (T::kFp8) {
-      load_transpose_v<T>(params, sm, sched, tid);
+      if (params.p.v_images == nullptr) {
+        load_transpose_v<T>(params, sm, sched, tid);
+      } else if (tid < 32) {
+        load_fp8_images<T>(params, sm, sched, tid == 0);
+      }
     } else if constexpr (kE4M3) {
       // The producer converts as well as loads: at 24 registers ptxas spilled 120-184 bytes in
       // the conversion, at 40 (every tile that reads e4m3 has them: tile.cuh) 56 / 48.

@@ -11,6 +11,7 @@
 #include "cuda/sm90/tensor_map.hpp"
 #include "cuda/sm90/tile_order.hpp"
 #include "cuda/sm90/tile_scheduler.cuh"
+#include "cuda/sm90/v_images.cuh"
 #include "cuda/kernel_entry.hpp"
 #include "cuda/programmatic.hpp"
 
@@ -162,6 +163,12 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
     config.attrs = &attribute;
     config.numAttrs = 1;
   }
+  if constexpr (T::kFp8) {
+    // V transposed first where the run's workspace holds its images (family.cpp's schedule).
+    if (p.v_images != nullptr) {
+      if (cudaError_t e = launch_v_images<T>(p, programmatic, stream); e != cudaSuccess) return e;
+    }
+  }
   if constexpr (rules::fp8_kv_tile(C)) {
     if (e4m3) {
       config.dynamicSmemBytes = T::kE4M3SmemBytes;
@@ -188,6 +195,8 @@ void register_kernel(Registry& registry) {
                 "config.hpp's consumer_regs() is the tile's");
   static_assert(C.dtype == DType::kE4M3 || e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes,
                 "config.hpp's e4m3 layout");
+  static_assert(C.dtype != DType::kE4M3 || e4m3_v_image_bytes(C) == TileOf<C>::kVImageBytes,
+                "config.hpp's V images");
   static_assert(Narrow<TileOf<C>, kList>::valid(),
                 "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile (its own "
                 "width the widest), in ascending order of work");

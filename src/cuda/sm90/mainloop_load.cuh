@@ -618,6 +618,46 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
   });
 }
 
+// An FP8 tile on a dense problem whose V was transposed ahead of the run (v_images.cuh), by warp
+// 0 (every lane waiting on the barriers, lane 0 arming them and issuing the copies): each key
+// block's K by TMA as load_transpose_v does and its V stage as one bulk copy of the block's image,
+// which holds the stage's bytes as the transposing threads would write them (keys past the
+// sequence as zeros). The other three producer warps have nothing to do.
+template <class T>
+__device__ __forceinline__ void load_fp8_images(Params const& params, Smem<T> const& sm,
+                                                TileScheduler<T> const& sched, bool leader) {
+  static_assert(T::kFp8 && T::kVImageBytes % 16 == 0 && T::kVImageBytes <= T::kVBytes,
+                "FP8: a V image is one bulk copy into its stage");
+  ForwardParams const& p = params.p;
+  uint8_t const* const images = static_cast<uint8_t const*>(p.v_images);
+  int const heads_kv = p.heads_q / p.q_heads_per_kv;
+  if (leader) prefetch_maps(params);
+  int64_t pipe = 0;
+  for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
+    int64_t const image0 = (int64_t(w.batch) * heads_kv + kv_head) * p.v_image_blocks;
+    for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
+      int const n = w.n_begin + w.n_blocks - 1 - it;
+      int const s = int(pipe % T::kStages);
+      uint32_t const phase = (pipe / T::kStages) & 1;
+      mbar_wait(&sm.k_empty[s], phase ^ 1);
+      if (leader) {
+        mbar_arrive_expect_tx(&sm.k_full[s], T::kKVBytes);
+        for (int cb = 0; cb < T::kD / 128; ++cb) {
+          tma_load_4d(sm.k_tiles + s * T::kKVBytes + cb * T::kBc * 128, &params.k_map,
+                      &sm.k_full[s], cb * 128, int(w.seq.k_first) + n * T::kBc, kv_head,
+                      w.map_batch);
+        }
+      }
+      mbar_wait(&sm.v_empty[s], phase ^ 1);
+      if (leader) {
+        mbar_arrive_expect_tx(&sm.v_full[s], T::kVImageBytes);
+        bulk_load(sm.v_tiles + s * T::kVBytes, images + (image0 + n) * T::kVImageBytes,
+                  T::kVImageBytes, &sm.v_full[s]);
+      }
+    }
+  });
+}
+
 // Key block's K (kCols = kD) or V (kDv) into stage s of `tiles`, once the stage is free:
 // thread 0 arms its "full" barrier for the block's bytes, copy(dst, full) issues this thread's
 // copies.

@@ -70,6 +70,17 @@ __device__ __forceinline__ void tma_load_4d(void* dst, CUtensorMap const* map, u
       : "memory");
 }
 
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory at `src`
+// to shared memory at `dst`, completing them on `bar` (a bulk copy: no tensor map).
+__device__ __forceinline__ void bulk_load(void* dst, void const* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // Copies shared memory at `src` (a box laid out as the map's swizzle wants) to the box at
 // coordinates (c0 .. c3) of a 4-D map; elements past the tensor's extents are not written. The
 // copy joins this thread's bulk group (tma_store_commit).

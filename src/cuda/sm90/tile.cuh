@@ -96,6 +96,8 @@ struct Tile {
   // An FP8 tile's V stages hold V transposed ([kDv rows][kBc keys], 16-byte core matrices of 8
   // rows, groups of 8 rows kVtGroupBytes apart: config.hpp's e4m3 layout).
   static constexpr int kVtGroupBytes = kBc / 16 * 128 + 16;
+  // A V stage's image in the workspace (v_images.cuh): its groups as the stage holds them.
+  static constexpr int kVImageBytes = kDv / 8 * kVtGroupBytes;
   // (rounded up to 1024 bytes: O's staging buffer after the stages starts on a swizzle atom)
   static constexpr int kVBytes =
       kFp8 ? (kDv / 8 * kVtGroupBytes + 1023) / 1024 * 1024 : kBc * kDv * 2;
@@ -225,13 +227,14 @@ struct Smem {
   // their copies (gathered K and V) or conversions (e4m3); an "empty" one on an arrival per
   // consumer warp. An e4m3 stage's "full" barrier completes on TMA's bytes, its "empty" one
   // on the kv_arrivals converting threads. An FP8 tile's K stages are TMA's (one arrival), its
-  // V stages the 128 transposing threads', its raw V slots TMA's and the transposing threads'.
+  // V stages the 128 transposing threads' (or, copied from V's images, the one copying thread's
+  // and its bytes: kv_arrivals 1), its raw V slots TMA's and the transposing threads'.
   __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals, bool e4m3) const {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(&k_full[s], T::kFp8 ? 1 : kv_arrivals);
-      mbar_init(&v_full[s], T::kFp8 ? 128 : kv_arrivals);
+      mbar_init(&v_full[s], kv_arrivals);
       mbar_init(&k_empty[s], 4 * T::kConsumers);
       mbar_init(&v_empty[s], 4 * T::kConsumers);
     }

@@ -292,6 +292,48 @@ TEST_SUITE("family") {
     odd_k.k.head += 8;
     CHECK(f.cannot_run(fp8, odd_k).find("k_head_stride") != std::string::npos);
   }
+
+  TEST_CASE("sm90: a dense FP8 problem's V is transposed ahead of the run where enough query tiles read each block") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig fp8 = test::sm90_kernel(128, true);
+    fp8.dtype = DType::kE4M3;
+    KernelEntry entry{fp8, nullptr, nullptr, nullptr, nullptr};
+    Device const device = test::device_with(&entry, 1);
+    auto e4m3 = [](Problem p) {
+      p.dtype = p.kv_dtype = DType::kE4M3;
+      return p;
+    };
+    // 2 x 2000 keys x 4 K/V heads: ceil(2000 / B_c) blocks each, one stage image per block.
+    Problem const gqa = e4m3(test::dense_problem(2, 2048, 2000, 16, 4));
+    Schedule const s = f.schedule(device, entry, gqa, true);
+    int64_t const blocks = (2000 + fp8.B_c - 1) / fp8.B_c;
+    CHECK(s.num_splits == 1);
+    CHECK(s.v_image_bytes == size_t(2 * 4 * blocks * sm90::e4m3_v_image_bytes(fp8)));
+    CHECK(s.workspace_bytes == s.v_image_bytes);  // what fa_plan_workspace_size() reports
+    CHECK(f.params(fp8, gqa, s).v_image_blocks == blocks);
+    // 16 query tiles per V block (2048 rows / B_r 128, one query head per K/V head), 32 with a
+    // causal mask or a window.
+    Problem one = e4m3(test::dense_problem(1, 2048, 2048, 8, 8));
+    CHECK(f.schedule(device, entry, one, true).v_image_bytes > 0);
+    one.causal = true;
+    CHECK(f.schedule(device, entry, one, true).v_image_bytes == 0);
+    one.seqlen_q = 4096;
+    CHECK(f.schedule(device, entry, one, true).v_image_bytes > 0);
+    Problem const short_rows = e4m3(test::dense_problem(4, 1024, 1024, 8, 8));  // 8 per block
+    CHECK(f.schedule(device, entry, short_rows, true).workspace_bytes == 0);
+    // Not for layouts other than dense, V rows in 8-byte halves, or 16-bit kernels.
+    Problem varlen = gqa;
+    varlen.layout = Layout::kVarlen;
+    varlen.total_q = varlen.total_k = 4096;
+    CHECK(f.schedule(device, entry, varlen, true).v_image_bytes == 0);
+    Problem narrow = gqa;
+    narrow.head_dim_v = 120;
+    CHECK(f.schedule(device, entry, narrow, true).v_image_bytes == 0);
+    narrow.head_dim_v = 112;
+    CHECK(f.schedule(device, entry, narrow, true).v_image_bytes > 0);
+    KernelEntry bf16{test::sm90_kernel(128, true), nullptr, nullptr, nullptr, nullptr};
+    CHECK(f.schedule(device, bf16, test::dense_problem(2, 2048, 2000, 16, 4), true).v_image_bytes == 0);
+  }
 }
 
 }  // namespace fa::cuda

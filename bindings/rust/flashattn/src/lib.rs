@@ -463,7 +463,7 @@ pub struct RunArgs<'a> {
     pub v_descale: Option<&'a [f32]>,
 }
 
-/// [`RunArgs`] for device memory, with the split-KV workspace: raw pointers on the context's
+/// [`RunArgs`] for device memory, with the workspace: raw pointers on the context's
 /// device (NULL where the config needs none). Used by the `unsafe` device calls.
 #[derive(Debug, Clone, Copy)]
 #[allow(missing_docs)]
@@ -1554,7 +1554,8 @@ impl<'ctx> Plan<'ctx> {
     }
 
     /// Device scratch bytes a GPU run needs (`fa_plan_workspace_size`): 0 unless the plan splits
-    /// the keys ([`Plan::num_splits`] > 1).
+    /// the keys ([`Plan::num_splits`] > 1) or is an FP8 prefill that transposes V ahead of the
+    /// run (which, given no workspace, transposes it in the kernel instead).
     pub fn workspace_size(&self) -> Result<usize> {
         let mut n = 0usize;
         // Safety: a valid plan and a local.
