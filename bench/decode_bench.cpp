@@ -4,6 +4,7 @@
 //                       [--pages 0,16,64,256] [--heads 32,8] [--head-dim 128] [--splits N]
 //                       [--kv-dtype bf16,e4m3] [--kernel NAME] [--iters N]
 //   decode_bench varlen [--tokens 32768] [--min-len 100] [--max-len 4000] [--kernel NAME] [--iters N]
+//                       [--dtype bf16|e4m3] [--workspace 0|1]
 //   decode_bench copy                      # device-to-device copy bandwidth, the yardstick
 //
 // decode: one query row (or --sq rows, speculative decoding) per sequence against a KV cache of
@@ -16,7 +17,9 @@
 // kernel must move (K and V of every visible row, Q, O) over that time. CSV on stdout.
 // varlen: a batch of random lengths in [--min-len, --max-len] (seeded) summing to about --tokens,
 // causal, d 128, heads 16, against one dense batch of equal work (sequences of the mean length
-// whose sum of squared lengths matches); prints both TFLOP/s.
+// whose sum of squared lengths matches); prints both TFLOP/s. --dtype e4m3 runs e4m3 q, k and v
+// (o in bf16, descales 1); each plan gets the workspace it asks for (FP8: V transposed ahead of
+// the run), or with --workspace 0 none.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -168,6 +171,8 @@ struct Args {
   int heads_q = 32, heads_kv = 8, head_dim = 128, splits = 0, iters = 3;
   std::string kernel;
   int tokens = 32768, min_len = 100, max_len = 4000;
+  std::string dtype = "bf16";  // varlen's q, k and v
+  bool workspace = true;       // varlen: the plan's workspace
 };
 
 void decode(fa_context_t* ctx, Args const& a) {
@@ -295,9 +300,10 @@ void decode(fa_context_t* ctx, Args const& a) {
 }
 
 // TFLOP/s of a causal forward over sequences of `lens` (varlen when more than one length).
-double varlen_tflops(fa_context_t* ctx, std::vector<int> const& lens, bool varlen, int iters,
-                     std::string const& kernel) {
+double varlen_tflops(fa_context_t* ctx, std::vector<int> const& lens, bool varlen, Args const& a) {
   int64_t const d = 128, h = 16;
+  bool const e4m3 = a.dtype == "e4m3";
+  size_t const elem = e4m3 ? 1 : 2;
   int64_t const total = std::accumulate(lens.begin(), lens.end(), int64_t{0});
   int const max_len = *std::max_element(lens.begin(), lens.end());
   fa_config c;
@@ -305,6 +311,10 @@ double varlen_tflops(fa_context_t* ctx, std::vector<int> const& lens, bool varle
   c.causal = 1;
   c.heads_q = c.heads_kv = h;
   c.head_dim = d;
+  if (e4m3) {
+    c.dtype = c.kv_dtype = FA_DTYPE_E4M3;
+    c.out_dtype = FA_DTYPE_BF16;
+  }
   std::vector<int32_t> cu(1, 0);
   for (int l : lens) cu.push_back(cu.back() + l);
   if (varlen) {
@@ -316,26 +326,36 @@ double varlen_tflops(fa_context_t* ctx, std::vector<int> const& lens, bool varle
     c.batch = int64_t(lens.size());
     c.seqlen_q = c.seqlen_k = lens[0];
   }
-  DeviceBuffer q(size_t(total) * h * d * 2), k(q.bytes), v(q.bytes), o(q.bytes), cu_d(cu.size() * 4);
-  fill(q);
-  fill(k);
-  fill(v);
+  DeviceBuffer q(size_t(total) * h * d * elem), k(q.bytes), v(q.bytes), o(size_t(total) * h * d * 2),
+      cu_d(cu.size() * 4);
+  for (DeviceBuffer* b : {&q, &k, &v}) {
+    if (e4m3) {
+      fill_e4m3(*b);
+    } else {
+      fill(*b);
+    }
+  }
   check_cuda(cudaMemcpy(cu_d.ptr, cu.data(), cu_d.bytes, cudaMemcpyHostToDevice), "copy");
   fa_run_args args;
   fa_run_args_init(&args);
   if (varlen) args.cu_seqlens_q = args.cu_seqlens_k = static_cast<int32_t const*>(cu_d.ptr);
   fa_plan_t* plan = nullptr;
-  if (kernel.empty()) {
+  if (a.kernel.empty()) {
     check(fa_plan_create(ctx, &c, &plan), "fa_plan_create");
   } else {
     fa_kernel_config kc;
     fa_kernel_config_init(&kc);
-    check(fa_kernel_config_parse(kernel.c_str(), &kc), "--kernel");
+    check(fa_kernel_config_parse(a.kernel.c_str(), &kc), "--kernel");
     check(fa_plan_create_with_kernel(ctx, &c, &kc, &plan), "fa_plan_create_with_kernel");
   }
+  size_t ws = 0;
+  if (a.workspace) check(fa_plan_workspace_size(plan, &ws), "fa_plan_workspace_size");
+  DeviceBuffer workspace(ws);
+  args.workspace = ws > 0 ? workspace.ptr : nullptr;
+  args.workspace_size = ws;
   float const ms = median_ms([&] {
     check(fa_plan_run_ex(plan, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, &args, nullptr), "run");
-  }, iters);
+  }, a.iters);
   fa_plan_destroy(plan);
   double flops = 0;
   for (int l : lens) flops += 4.0 * h * double(l) * l * d / 2.0;
@@ -357,8 +377,8 @@ void varlen(fa_context_t* ctx, Args const& a) {
   for (int l : lens) sq += double(l) * l;
   int const dense_len = static_cast<int>(std::lround(sq / sum));
   int const dense_batch = std::max(1, static_cast<int>(std::lround(double(sum) / dense_len)));
-  double const v = varlen_tflops(ctx, lens, true, a.iters, a.kernel);
-  double const dn = varlen_tflops(ctx, std::vector<int>(size_t(dense_batch), dense_len), false, a.iters, a.kernel);
+  double const v = varlen_tflops(ctx, lens, true, a);
+  double const dn = varlen_tflops(ctx, std::vector<int>(size_t(dense_batch), dense_len), false, a);
   std::printf("varlen,%zu sequences,%d tokens,lengths %d..%d,%.1f TFLOP/s\n", lens.size(), sum,
               *std::min_element(lens.begin(), lens.end()), *std::max_element(lens.begin(), lens.end()), v);
   std::printf("dense,%d x %d,%d tokens,equal work,%.1f TFLOP/s\n", dense_batch, dense_len,
@@ -413,6 +433,10 @@ int main(int argc, char** argv) {
     else if (o == "--tokens") a.tokens = parse_list(next()).at(0);
     else if (o == "--min-len") a.min_len = parse_list(next()).at(0);
     else if (o == "--max-len") a.max_len = parse_list(next()).at(0);
+    else if (o == "--dtype") {
+      a.dtype = next();
+      if (a.dtype != "bf16" && a.dtype != "e4m3") die("--dtype takes bf16 or e4m3");
+    } else if (o == "--workspace") a.workspace = parse_list(next()).at(0) != 0;
     else die("unknown option " + o);
   }
   if (mode == "copy") {

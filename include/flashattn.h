@@ -901,14 +901,16 @@ FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
  *               partial outputs and LSEs of every split, num_splits * rows * heads_q *
  *               (head_dim_v + 1) * 4 bytes rounded up to 256 (rows = batch * seqlen_q, or
  *               total_q for varlen; head_dim_v as fa_config resolves it). An unsplit FP8
- *               prefill on Hopper (dtype FA_DTYPE_E4M3, FA_LAYOUT_DENSE, head_dim_v a multiple
- *               of 16, at least 16 blocks of 128 query rows per K/V head, 32 with causal or a
- *               window) asks for V transposed ahead of the run, about the bytes of V (batch *
- *               heads_kv * ceil(seqlen_k / B_c) blocks of head_dim_v / 8 * (B_c * 8 + 16)
- *               bytes, B_c the kernel's keys per block): given it, the run launches a transpose
- *               kernel before the attention kernel (1.03-1.17x from 4k keys on an H200); without
- *               it, the kernel transposes V itself, with the same result. The plan's size is
- *               the same for every run.
+ *               prefill on Hopper (dtype FA_DTYPE_E4M3, FA_LAYOUT_DENSE or FA_LAYOUT_VARLEN,
+ *               head_dim_v a multiple of 16) where ceil(seqlen_q / 128) * heads_q / heads_kv is
+ *               16 or more (32 with causal or a window; varlen: total_q / batch for seqlen_q)
+ *               asks for V transposed ahead of the run, about the bytes of V: batch * heads_kv
+ *               * ceil(seqlen_k / B_c) blocks (varlen: heads_kv * (total_k / B_c + batch)) of
+ *               d / 8 * (B_c * 8 + 16) bytes, d and B_c the kernel's head dim and keys per
+ *               block (128 and 128 for head dims up to 128, 256 and 64 above, in this release).
+ *               Given it, the run launches a transpose kernel before the attention kernel
+ *               (1.03-1.17x from 4k keys on an H200); without it, the kernel transposes V
+ *               itself, with the same result. A plan's size is the same for every run.
  *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
  *  Thread-safe. Since 0.1.0 (non-zero since 0.3.0). */
 FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);

@@ -95,10 +95,11 @@ struct ForwardParams {
   float const* __restrict__ q_descale;
   int32_t o_bf16;
 
-  // The sm90 family's FP8 kernels on dense problems: V transposed ahead of the run into the
-  // caller's workspace (sm90/v_images.cuh), v_image_blocks key blocks per (sequence, K/V head),
-  // each the image of a V stage the producer copies as it is; NULL when the kernel's producer
-  // transposes V itself (no such workspace given, or a layout the schedule leaves to it).
+  // The sm90 family's FP8 kernels on dense and varlen problems: V transposed ahead of the run
+  // into the caller's workspace (sm90/v_images.cuh), each key block as the image of a V stage
+  // the producer copies as it is, v_image_blocks per (sequence, K/V head) (varlen: slots per K/V
+  // head, v_images.cuh's v_image_index); NULL when the kernel's producer transposes V itself (no
+  // such workspace given, or a problem the schedule leaves to it).
   void* __restrict__ v_images;
   int32_t v_image_blocks;
 };

@@ -1493,6 +1493,13 @@ std::vector<FeatureCase> fp8_cases(int64_t dim) {
     add(c);
     c.head_dim_v = dim - 16;
     add(c);
+    // The same in a varlen batch (16 query tiles per V block on average): sequences starting
+    // mid-block in the packed rows, an empty one, and blocks past a short sequence's keys.
+    c.layout = FA_LAYOUT_VARLEN;
+    c.head_dim_v = 0;
+    c.sq = {300, 17, 0, 500};
+    c.sk = {1013, 40, 3, 600};
+    add(c);
   }
   return cases;
 }

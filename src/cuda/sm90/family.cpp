@@ -86,25 +86,34 @@ int paged_rank(KernelConfig const& k, Problem const& p) {
   return box < 32 ? 1 : box < 64 ? 2 : 3;
 }
 
-// V's images (v_images.cuh): one per key block of each (sequence, K/V head) of a dense problem.
+// Images of V per K/V head (v_images.cuh's v_image_index): a dense problem's key blocks per
+// sequence times the sequences; a varlen batch's slots, total_k / B_c + batch (each sequence's
+// from its first key row / B_c + its index on).
+int64_t v_image_slots(KernelConfig const& k, Problem const& p) {
+  return p.layout == Layout::kVarlen ? p.total_k / k.B_c + p.batch
+                                     : (p.seqlen_k + k.B_c - 1) / k.B_c;
+}
 int64_t v_image_count(KernelConfig const& k, Problem const& p) {
-  return p.batch * p.heads_kv * ((p.seqlen_k + k.B_c - 1) / k.B_c);
+  return (p.layout == Layout::kVarlen ? 1 : p.batch) * p.heads_kv * v_image_slots(k, p);
 }
 
 // Whether an FP8 problem's V is transposed ahead of the run (the producer then copies each
-// stage's image) rather than by the producer for every query tile. Dense problems only (a cache
-// holds more keys than a step reads; varlen's blocks start mid-row). The images cost a read of V
+// stage's image) rather than by the producer for every query tile. Dense and varlen problems (a
+// cache holds more keys than a step reads). The images cost a read of V
 // and a write of its size (about 15 us for the FA-paper grid's 32 MiB on an H200) and save each
 // query tile that reads a V block its transpose: on the H200 (FA-paper grid, d 128 and 256,
 // docs/performance.md) they ran 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x
 // at 1024 (8), 1.02-1.08x at 2048 non-causal (16) and 0.98-1.0x causal (whose tiles read half
 // the blocks on average), 1.03-1.17x from 4096. So: 16 query tiles per V block, 32 with a mask
-// that leaves tiles part of the keys.
+// that leaves tiles part of the keys (a varlen batch's query rows per sequence averaged).
 bool images_pay(KernelConfig const& k, Problem const& p) {
+  bool const varlen = p.layout == Layout::kVarlen;
   // (V's rows in whole 16-byte chunks: v_images.cuh's loads.)
-  if (p.layout != Layout::kDense || p.head_dim_v % 16 != 0) return false;
-  if (v_image_count(k, p) > INT32_MAX) return false;  // a grid's x extent
-  int64_t const tiles = (p.seqlen_q + k.B_r - 1) / k.B_r * (p.heads_q / p.heads_kv);
+  if ((p.layout != Layout::kDense && !varlen) || p.head_dim_v % 16 != 0) return false;
+  // The transposing grid's x extent: a block per key block of every (sequence, K/V head).
+  if (p.batch * p.heads_kv * ((p.seqlen_k + k.B_c - 1) / k.B_c) > INT32_MAX) return false;
+  int64_t const rows = varlen ? p.total_q / std::max<int64_t>(p.batch, 1) : p.seqlen_q;
+  int64_t const tiles = (rows + k.B_r - 1) / k.B_r * (p.heads_q / p.heads_kv);
   return tiles >= (p.causal || p.window ? 32 : 16);
 }
 
@@ -141,7 +150,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
 
 ForwardParams params(KernelConfig const& k, Problem const& p, Schedule const& s) {
   ForwardParams f = forward_params(p, k.B_r, s);
-  if (s.v_image_bytes > 0) f.v_image_blocks = int32_t((p.seqlen_k + k.B_c - 1) / k.B_c);
+  if (s.v_image_bytes > 0) f.v_image_blocks = int32_t(v_image_slots(k, p));
   return f;
 }
 

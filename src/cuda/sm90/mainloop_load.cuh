@@ -21,6 +21,7 @@
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/tile.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
+#include "cuda/sm90/v_images.cuh"
 
 namespace fa::cuda::sm90 {
 
@@ -618,11 +619,12 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
   });
 }
 
-// An FP8 tile on a dense problem whose V was transposed ahead of the run (v_images.cuh), by warp
-// 0 (every lane waiting on the barriers, lane 0 arming them and issuing the copies): each key
-// block's K by TMA as load_transpose_v does and its V stage as one bulk copy of the block's image,
-// which holds the stage's bytes as the transposing threads would write them (keys past the
-// sequence as zeros). The other three producer warps have nothing to do.
+// An FP8 tile on a dense or varlen problem whose V was transposed ahead of the run
+// (v_images.cuh), by warp 0 (every lane waiting on the barriers, lane 0 arming them and issuing
+// the copies): each key block's K by TMA as load_transpose_v does and its V stage as one bulk
+// copy of the block's image, which holds the stage's bytes as the transposing threads would
+// write them (keys past the sequence as zeros). The other three producer warps have nothing to
+// do.
 template <class T>
 __device__ __forceinline__ void load_fp8_images(Params const& params, Smem<T> const& sm,
                                                 TileScheduler<T> const& sched, bool leader) {
@@ -630,11 +632,10 @@ __device__ __forceinline__ void load_fp8_images(Params const& params, Smem<T> co
                 "FP8: a V image is one bulk copy into its stage");
   ForwardParams const& p = params.p;
   uint8_t const* const images = static_cast<uint8_t const*>(p.v_images);
-  int const heads_kv = p.heads_q / p.q_heads_per_kv;
   if (leader) prefetch_maps(params);
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
-    int64_t const image0 = (int64_t(w.batch) * heads_kv + kv_head) * p.v_image_blocks;
+    int64_t const image0 = v_image_index<T>(p, w.batch, kv_head, 0, w.seq.k_first);
     for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
       int const n = w.n_begin + w.n_blocks - 1 - it;
       int const s = int(pipe % T::kStages);

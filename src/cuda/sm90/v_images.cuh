@@ -15,10 +15,24 @@
 #include "cuda/forward_params.hpp"
 #include "cuda/programmatic.hpp"
 #include "cuda/ptx.cuh"
+#include "cuda/sequence_view.cuh"
 
 namespace fa::cuda::sm90 {
 
-// One image per block: blockIdx.x = (sequence * heads_kv + K/V head) * v_image_blocks + key block.
+// Where the image of key block n of sequence b's K/V head h lies, in images of T::kVImageBytes.
+// Dense: [batch][heads_kv][v_image_blocks]. Varlen: per K/V head v_image_blocks = total_k / B_c +
+// batch slots, sequence b's blocks from slot k_first / B_c + b on (k_first its first key row):
+// the next sequence's first slot is at least ceil(sk / B_c) further, and the last slot of any
+// sequence whose rows lie in [0, total_k) (sequence_view clamps them there) is below the count.
+template <class T>
+__device__ __forceinline__ int64_t v_image_index(ForwardParams const& p, int b, int h, int n,
+                                                 int64_t k_first) {
+  if (p.layout == kLayoutVarlen) return int64_t(h) * p.v_image_blocks + k_first / T::kBc + b + n;
+  return (int64_t(b) * (p.heads_q / p.q_heads_per_kv) + h) * p.v_image_blocks + n;
+}
+
+// One image per block: blockIdx.x = (sequence * heads_kv + K/V head) * ceil(seqlen_k / B_c) + key
+// block (varlen: seqlen_k the longest sequence's bound; blocks past a sequence's keys return).
 // Per 128-byte column block, the block's B_c rows of V are staged in shared memory (rows 132
 // bytes apart, so the 16 keys a thread gathers for one column fall in 2 banks per warp rather than
 // one), then each thread writes 16-byte chunks: row c's 16 keys of key group g in the order of P's
@@ -36,15 +50,19 @@ __global__ void __launch_bounds__(256) v_images_kernel(__grid_constant__ Forward
   ptx::wait_for_prior_grids();
   ptx::allow_dependent_grids();
   int const heads_kv = p.heads_q / p.q_heads_per_kv;
-  int64_t const image = blockIdx.x;
-  int const n = int(image % p.v_image_blocks);
-  int64_t const pair = image / p.v_image_blocks;
+  int const blocks = (p.seqlen_k + T::kBc - 1) / T::kBc;
+  int const n = int(blockIdx.x % blocks);
+  int64_t const pair = blockIdx.x / blocks;
   int const h = int(pair % heads_kv), b = int(pair / heads_kv);
-  int const keys = min(p.seqlen_k - n * T::kBc, T::kBc);
-  uint8_t const* const v = static_cast<uint8_t const*>(p.v) + int64_t(b) * p.v_batch_stride +
-                           int64_t(h) * p.v_head_stride +
-                           int64_t(n) * T::kBc * p.v_seq_stride;
-  uint8_t* const out = static_cast<uint8_t*>(p.v_images) + image * T::kVImageBytes;
+  SequenceView const seq = sequence_view(p, p.layout, b);
+  int const keys = min(seq.sk - n * T::kBc, T::kBc);
+  if (keys <= 0) return;  // (varlen) past this sequence's blocks: no image
+  bool const varlen = p.layout == kLayoutVarlen;
+  uint8_t const* const v = static_cast<uint8_t const*>(p.v) +
+                           (varlen ? seq.k_first * p.v_seq_stride : int64_t(b) * p.v_batch_stride) +
+                           int64_t(h) * p.v_head_stride + int64_t(n) * T::kBc * p.v_seq_stride;
+  uint8_t* const out = static_cast<uint8_t*>(p.v_images) +
+                       v_image_index<T>(p, b, h, n, seq.k_first) * T::kVImageBytes;
   int const tid = threadIdx.x;
   for (int cb = 0; cb < T::kDv / 128; ++cb) {
     for (int i = tid; i < T::kBc * 8; i += 256) {
@@ -86,12 +104,12 @@ __global__ void __launch_bounds__(256) v_images_kernel(__grid_constant__ Forward
 #endif
 }
 
-// Launches v_images_kernel for p (p.v_images set, p.v_image_blocks key blocks per sequence) on
-// `stream`, programmatic like the forward kernel after it.
+// Launches v_images_kernel for p (p.v_images set) on `stream`, programmatic like the forward
+// kernel after it.
 template <class T>
 cudaError_t launch_v_images(ForwardParams const& p, bool programmatic, cudaStream_t stream) {
-  int64_t const images =
-      int64_t(p.batch) * (p.heads_q / p.q_heads_per_kv) * int64_t(p.v_image_blocks);
+  int64_t const images = int64_t(p.batch) * (p.heads_q / p.q_heads_per_kv) *
+                         ((int64_t(p.seqlen_k) + T::kBc - 1) / T::kBc);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(images));
   config.blockDim = dim3(256);

@@ -293,7 +293,7 @@ TEST_SUITE("family") {
     CHECK(f.cannot_run(fp8, odd_k).find("k_head_stride") != std::string::npos);
   }
 
-  TEST_CASE("sm90: a dense FP8 problem's V is transposed ahead of the run where enough query tiles read each block") {
+  TEST_CASE("sm90: an FP8 problem's V is transposed ahead of the run where enough query tiles read each block") {
     KernelFamily const& f = sm90::kFamily;
     KernelConfig fp8 = test::sm90_kernel(128, true);
     fp8.dtype = DType::kE4M3;
@@ -321,11 +321,22 @@ TEST_SUITE("family") {
     CHECK(f.schedule(device, entry, one, true).v_image_bytes > 0);
     Problem const short_rows = e4m3(test::dense_problem(4, 1024, 1024, 8, 8));  // 8 per block
     CHECK(f.schedule(device, entry, short_rows, true).workspace_bytes == 0);
-    // Not for layouts other than dense, V rows in 8-byte halves, or 16-bit kernels.
+    // A varlen batch: per K/V head total_k / B_c + batch slots (each sequence's blocks from its
+    // first key row / B_c + its index on); its query rows per sequence averaged.
     Problem varlen = gqa;
     varlen.layout = Layout::kVarlen;
-    varlen.total_q = varlen.total_k = 4096;
+    varlen.total_q = 4096;
+    varlen.total_k = 3000;
+    int64_t const slots = 3000 / fp8.B_c + 2;
+    Schedule const v = f.schedule(device, entry, varlen, true);
+    CHECK(v.v_image_bytes == size_t(4 * slots * sm90::e4m3_v_image_bytes(fp8)));
+    CHECK(f.params(fp8, varlen, v).v_image_blocks == slots);
+    varlen.total_q = 2 * 128;  // one query tile per sequence and head: 4 per V block
     CHECK(f.schedule(device, entry, varlen, true).v_image_bytes == 0);
+    // Not for caches, V rows in 8-byte halves, or 16-bit kernels.
+    Problem cache = gqa;
+    cache.layout = Layout::kKvCache;
+    CHECK(f.schedule(device, entry, cache, true).v_image_bytes == 0);
     Problem narrow = gqa;
     narrow.head_dim_v = 120;
     CHECK(f.schedule(device, entry, narrow, true).v_image_bytes == 0);
