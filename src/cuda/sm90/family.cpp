@@ -86,9 +86,9 @@ int paged_rank(KernelConfig const& k, Problem const& p) {
   return box < 32 ? 1 : box < 64 ? 2 : 3;
 }
 
-// Images of V per K/V head (v_images.cuh's v_image_index): a dense problem's key blocks per
-// sequence times the sequences; a varlen batch's slots, total_k / B_c + batch (each sequence's
-// from its first key row / B_c + its index on).
+// Image slots of V (v_images.cuh's v_image_index): a dense problem's key blocks per sequence and
+// K/V head; a varlen batch's per K/V head, total_k / B_c + batch (each sequence's from its first
+// key row / B_c + its index on). v_image_count: all of them.
 int64_t v_image_slots(KernelConfig const& k, Problem const& p) {
   return p.layout == Layout::kVarlen ? p.total_k / k.B_c + p.batch
                                      : (p.seqlen_k + k.B_c - 1) / k.B_c;
@@ -98,8 +98,9 @@ int64_t v_image_count(KernelConfig const& k, Problem const& p) {
 }
 
 // Whether an FP8 problem's V is transposed ahead of the run (the producer then copies each
-// stage's image) rather than by the producer for every query tile. Dense and varlen problems (a
-// cache holds more keys than a step reads). The images cost a read of V
+// stage's image) rather than by the producer for every query tile. Dense and varlen problems
+// only: a KV cache's capacity holds more keys than a step reads, and each step would transpose
+// them all again. The images cost a read of V
 // and a write of its size (about 15 us for the FA-paper grid's 32 MiB on an H200) and save each
 // query tile that reads a V block its transpose: on the H200 (FA-paper grid, d 128 and 256,
 // docs/performance.md) they ran 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x

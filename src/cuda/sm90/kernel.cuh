@@ -31,10 +31,11 @@ namespace fa::cuda::sm90 {
 // products run in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
 // An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in both instantiations (its
 // descales are read in either: sm90/family.cpp's schedule): the producer transposes V
-// (mainloop_load.cuh's load_transpose_v) or, on a dense problem given the workspace, copies the
-// images of its stages that v_images.cuh wrote before the run (load_fp8_images), P is rounded to e4m3 (mainloop_mma.cuh), q_descale *
-// k_descale is folded into the scores' scale as an e4m3 cache's k_descale is, and v_descale into
-// O, written in bf16 or fp16 (ForwardParams::o_bf16), staged for TMA where it fits.
+// (mainloop_load.cuh's load_transpose_v) or, on a dense or varlen problem given the workspace,
+// copies the images of its stages that v_images.cuh wrote before the run (load_fp8_images), P
+// is rounded to e4m3 (mainloop_mma.cuh), q_descale * k_descale is folded into the scores' scale
+// as an e4m3 cache's k_descale is, and v_descale into O, written in bf16 or fp16
+// (ForwardParams::o_bf16), staged for TMA where it fits.
 template <class T, bool kGeneral, int kQkCols = 0, int kVCols = 0, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
