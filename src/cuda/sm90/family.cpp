@@ -100,13 +100,13 @@ int64_t v_image_count(KernelConfig const& k, Problem const& p) {
 // Whether an FP8 problem's V is transposed ahead of the run (the producer then copies each
 // stage's image) rather than by the producer for every query tile. Dense and varlen problems
 // only: a KV cache's capacity holds more keys than a step reads, and each step would transpose
-// them all again. The images cost a read of V
-// and a write of its size (about 15 us for the FA-paper grid's 32 MiB on an H200) and save each
-// query tile that reads a V block its transpose: on the H200 (FA-paper grid, d 128 and 256,
-// docs/performance.md) they ran 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x
-// at 1024 (8), 1.02-1.08x at 2048 non-causal (16) and 0.98-1.0x causal (whose tiles read half
-// the blocks on average), 1.03-1.17x from 4096. So: 16 query tiles per V block, 32 with a mask
-// that leaves tiles part of the keys (a varlen batch's query rows per sequence averaged).
+// them all again. The images cost a read of V and a write of its size (about 15 us for the
+// FA-paper grid's 32 MiB on an H200) and save each query tile that reads a V block its
+// transpose: on the H200 (FA-paper grid, d 128 and 256, docs/performance.md) they ran
+// 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x at 1024 (8), 1.02-1.08x at
+// 2048 non-causal (16) and 0.98-1.0x causal (whose tiles read half the blocks on average),
+// 1.03-1.17x from 4096. So: 16 query tiles per V block, 32 with a mask that leaves tiles part
+// of the keys (a varlen batch's query rows per sequence averaged).
 bool images_pay(KernelConfig const& k, Problem const& p) {
   bool const varlen = p.layout == Layout::kVarlen;
   // (V's rows in whole 16-byte chunks: v_images.cuh's loads.)

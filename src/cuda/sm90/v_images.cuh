@@ -2,11 +2,10 @@
 // sm90/family.cpp's schedule): each key block of each (sequence, K/V head) becomes the image of
 // the V stage the FP8 tile's producer would otherwise build itself from a raw slot
 // (mainloop_load.cuh's load_transpose_v), so that the producer copies it in one bulk copy
-// (load_fp8_images). Every
-// block of a V block's query tiles (seqlen_q / B_r of them per query head, heads_q / heads_kv
-// heads) then reads the image instead of transposing the block again: with the transpose taken
-// out, the kernel ran 1.12x (d 128) and 1.29x (d 256) faster at 8k keys (docs/performance.md,
-// "FP8 prefill, step 2"); with the images, 1.03-1.17x from 4k keys.
+// (load_fp8_images). Every block of a V block's query tiles (seqlen_q / B_r of them per query
+// head, heads_q / heads_kv heads) then reads the image instead of transposing the block again:
+// with the transpose taken out, the kernel ran 1.12x (d 128) and 1.29x (d 256) faster at 8k
+// keys (docs/performance.md, "FP8 prefill, step 2"); with the images, 1.03-1.17x from 4k keys.
 #pragma once
 
 #include <cuda_runtime_api.h>
