@@ -566,7 +566,8 @@ FA_API fa_status fa_forward(fa_context_t* ctx, const fa_config* config, const vo
  *  when it holds what the split needs (query it with fa_plan_workspace_size() on a plan of the
  *  same config), and otherwise run unsplit; a forced num_splits > 1 without that workspace fails
  *  with FA_STATUS_WORKSPACE_TOO_SMALL. Likewise an FP8 prefill (see fa_plan_workspace_size())
- *  transposes V ahead of the run into a workspace that holds it, and otherwise in the kernel.
+ *  transposes V ahead of the run into a 16-byte aligned workspace that holds it, and otherwise
+ *  runs a kernel that transposes V itself.
  *  @return as fa_forward(); FA_STATUS_INVALID_ARGUMENT also when a pointer the config needs
  *          (cu_seqlens_q/k, cache_seqlens, block_table, alibi_slopes, sinks) is NULL, when a
  *          q_descale, k_descale or v_descale is given for a tensor that is not FA_DTYPE_E4M3
@@ -903,14 +904,17 @@ FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
  *               total_q for varlen; head_dim_v as fa_config resolves it). An unsplit FP8
  *               prefill on Hopper (dtype FA_DTYPE_E4M3, FA_LAYOUT_DENSE or FA_LAYOUT_VARLEN,
  *               head_dim_v a multiple of 16) where ceil(seqlen_q / 128) * heads_q / heads_kv is
- *               16 or more (32 with causal or a window; varlen: total_q / batch for seqlen_q)
- *               asks for V transposed ahead of the run, about the bytes of V: batch * heads_kv
- *               * ceil(seqlen_k / B_c) blocks (varlen: heads_kv * (total_k / B_c + batch)) of
- *               d / 8 * (B_c * 8 + 16) bytes, d and B_c the kernel's head dim and keys per
- *               block (128 and 128 for head dims up to 128, 256 and 64 above, in this release).
- *               Given it, the run launches a transpose kernel before the attention kernel
- *               (1.03-1.17x from 4k keys on an H200); without it, the kernel transposes V
- *               itself, with the same result. A plan's size is the same for every run.
+ *               16 or more (32 with causal or a window; for head dims above 128, 4 or more and
+ *               16; varlen: total_q / batch for seqlen_q) asks for V transposed ahead of the
+ *               run, about the bytes of V: batch * heads_kv * ceil(seqlen_k / B_c) blocks
+ *               (varlen: heads_kv * (total_k / B_c + batch)) of d / 8 * (B_c * 8 + 16) bytes, d
+ *               and B_c the kernel's head dim and keys per block (128 and 192 for head dims up
+ *               to 128, 256 and 128 above, in this release). Given it, the run launches a
+ *               transpose kernel before an attention kernel that copies V's blocks from it
+ *               (since 0.3.0; FP8 prefill 1.34x / 1.44x our bf16 from 2k keys on an H200 at
+ *               d 128 / 256); without it, the plan runs a kernel that transposes
+ *               V itself (0.80-0.89x as fast from 8k keys), with the same result. A plan's
+ *               size is the same for every run.
  *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
  *  Thread-safe. Since 0.1.0 (non-zero since 0.3.0). */
 FA_API fa_status fa_plan_workspace_size(const fa_plan_t* plan, size_t* size);

@@ -298,30 +298,35 @@ def fp8_kv_configs(dtype, d_head):
 
 
 def fp8_prefill_configs(d_head):
-    """The sm90 family's FP8 kernel per head dim (e4m3 Q, K and V; rules::e4m3_ok in
+    """The sm90 family's FP8 kernels per head dim (e4m3 Q, K and V; rules::e4m3_ok in
     src/cuda/sm90/config.hpp: two consumer warpgroups at d 128 and 256), built whenever the build's
-    dtypes name e4m3 in the default, all and sm90 sets (the others are the seed's 16-bit lists),
-    and so in the default set the choice for every e4m3 problem (in all and sm90 the table's
-    16-bit picks apply where an FP8 kernel of their knobs is built): the persistent two-stage
-    overlapped tile, 128 keys per block at d 128, 64 at d 256 (S, P and O of 128 keys take 208
-    registers there, over an FP8 consumer's 224 less 24). Of the 24 tuning candidates
-    (fp8_tuning_configs) swept on the FA-paper grid (H200, docs/performance.md) it ran within 1%
-    of the best kernel per point (geometric mean 0.992 at d 128, 0.994 at d 256; no point under
-    0.965)."""
+    dtypes name e4m3 in the default, all and sm90 sets (the others are the seed's 16-bit lists):
+    the persistent two-stage overlapped tile with 128 keys per block at d 128 and 64 at d 256,
+    whose producer transposes V where it is not transposed ahead of the run, and the same tile
+    with 192 and 128 keys, whose producer only copies V's images (e4m3_images_only): the choice
+    takes the larger where the images pay and the run brings their workspace (choice.cpp), else
+    the smaller. On the FA-paper grid (H200, docs/performance.md) the copying tiles ran 1.03-1.14x
+    at d 128 (2k-16k non-causal, 8k-16k causal) and 1.02-1.17x at d 256; of the 24 tuning
+    candidates of the transposing tiles (fp8_tuning_configs) swept earlier none ran more than 1%
+    above them on the geometric mean."""
     if d_head not in (128, 256):
         return []
-    return [KernelConfig(E4M3, d_head, 128, 128 if d_head == 128 else 64, 12, False, False, False,
-                         0, 0, 0, False, False, 1, 2, True, False, True)]
+    base = KernelConfig(E4M3, d_head, 128, 128 if d_head == 128 else 64, 12, False, False, False,
+                        0, 0, 0, False, False, 1, 2, True, False, True)
+    return [base, dataclasses.replace(base, B_c=192 if d_head == 128 else 128)]
 
 
 def fp8_tuning_configs(d_head):
     """Candidates for a tuning sweep of the FP8 kernels (FA_KERNEL_SET=sm90 with e4m3): the
     default tiles, overlapped (as every 16-bit pick is), with every combination of ping-pong and
-    persistent at two and three stages, and at d 128 blocks of 64 keys too."""
+    persistent at two and three stages (d 256's 128-key tile at two: three take 233584 bytes),
+    and blocks of 64 keys too."""
     configs = []
     for base in fp8_prefill_configs(d_head):
         for b_c in {base.B_c, 64}:
             for stages, pp, pe in itertools.product([2, 3], [False, True], [False, True]):
+                if stages == 3 and d_head == 256 and b_c == 128:
+                    continue
                 configs.append(dataclasses.replace(base, B_c=b_c, stages=stages, pingpong=pp,
                                                    persistent=pe))
     return sorted(set(configs))

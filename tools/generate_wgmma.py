@@ -12,9 +12,9 @@ import sys
 # and the narrow pairs' columns (src/cuda/sm90/narrow.hpp's Narrow; FA_NARROW_HEAD_DIMS).
 SHAPES = tuple(range(8, 257, 8))
 TYPES = (("bf16", "kBF16"), ("f16", "kFP16"), ("e4m3", "kE4M3"))
-# The e4m3 products' N: B_c for S = Q K^T and the value head dim for O += P V (the e4m3 tiles,
-# src/cuda/sm90/config.hpp's rules::e4m3_tile).
-E4M3_SHAPES = (64, 128, 256)
+# The e4m3 products' N: B_c for S = Q K^T and the value head dim for O += P V (the FP8 tiles,
+# src/cuda/sm90/config.hpp's rules::e4m3_ok).
+E4M3_SHAPES = (64, 128, 192, 256)
 
 
 def wrapper(n, ptx_type, dtype, rs):

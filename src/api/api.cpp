@@ -1,6 +1,7 @@
 // The C API: contexts, plans, the one-shot forward and registry queries. Every entry point runs
 // inside guarded(), so no exception crosses the C boundary, and fills outputs only on success.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <map>
@@ -44,8 +45,9 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
   // The first problem of a key fills the cache; one with features its kernel cannot run
   // chooses anew each time rather than evicting it. Forced splits are not cached either: the key
   // leaves num_splits out, and a kernel picked for a forced split count must not become the pick
-  // for the same shape without one.
-  if (cached == nullptr && p.num_splits <= 1) {
+  // for the same shape without one; nor one picked for a run without a workspace (a plan's
+  // fallback) the pick for runs with one.
+  if (cached == nullptr && p.num_splits <= 1 && !p.no_workspace) {
     std::lock_guard lock(ctx->mutex);
     ctx->choices.insert(key, chosen);
   }
@@ -124,8 +126,16 @@ fa_status build_plan(fa_context_s* ctx, fa_config const* config, KernelConfig co
   }
   plan->schedule = fa::cuda::make_schedule(ctx->gpu, *plan->kernel, p, true);
   plan->params = fa::cuda::make_params(plan->kernel->config, p, plan->schedule);
-  plan->unsplit = fa::cuda::make_schedule(ctx->gpu, *plan->kernel, p, false);
-  plan->unsplit_params = fa::cuda::make_params(plan->kernel->config, p, plan->unsplit);
+  plan->unsplit_kernel = plan->kernel;
+  if (plan->schedule.images_required) {
+    fa::Problem bare = p;
+    bare.no_workspace = true;
+    if (fa_status s = choose_cached(ctx, bare, &plan->unsplit_kernel); s != FA_STATUS_SUCCESS) {
+      return s;
+    }
+  }
+  plan->unsplit = fa::cuda::make_schedule(ctx->gpu, *plan->unsplit_kernel, p, false);
+  plan->unsplit_params = fa::cuda::make_params(plan->unsplit_kernel->config, p, plan->unsplit);
   return FA_STATUS_SUCCESS;
 }
 
@@ -308,10 +318,15 @@ fa_status run_plan(fa_plan_s const& plan, void const* q, void const* k, void con
     return FA_STATUS_SUCCESS;
   }
   cuda::LaunchTensors const tensors{q, k, v, o, lse, run, workspace, workspace_size};
-  if (plan.schedule.num_splits > 1 && plan.problem.num_splits == 0 &&
-      (workspace == nullptr || workspace_size < plan.schedule.workspace_bytes)) {
-    return cuda::launch(plan.ctx->gpu, *plan.kernel, plan.unsplit_params, plan.unsplit, tensors,
-                        reinterpret_cast<cudaStream_t>(stream));
+  bool const short_workspace =
+      workspace == nullptr || workspace_size < plan.schedule.workspace_bytes;
+  bool const auto_split = plan.schedule.num_splits > 1 && plan.problem.num_splits == 0;
+  // V's images go only into an aligned workspace (launch.cpp's bind_tensors).
+  bool const no_images = plan.schedule.images_required &&
+                         (short_workspace || reinterpret_cast<uintptr_t>(workspace) % 16 != 0);
+  if ((short_workspace && auto_split) || no_images) {
+    return cuda::launch(plan.ctx->gpu, *plan.unsplit_kernel, plan.unsplit_params, plan.unsplit,
+                        tensors, reinterpret_cast<cudaStream_t>(stream));
   }
   return cuda::launch(plan.ctx->gpu, *plan.kernel, plan.params, plan.schedule, tensors,
                       reinterpret_cast<cudaStream_t>(stream));

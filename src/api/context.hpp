@@ -41,8 +41,11 @@ struct fa_plan_s {
   fa::cuda::KernelEntry const* kernel = nullptr;  // null on a CPU context
   fa::cuda::Schedule schedule{};
   fa::cuda::ForwardParams params{};
-  // When the split count was chosen automatically, the unsplit launch a run without a large
-  // enough workspace falls back to (as 0.2's plans, which never needed one).
+  // The launch a run without a large enough workspace falls back to: unsplit where the split
+  // count was chosen automatically (as 0.2's plans, which never needed one), and where the
+  // kernel copies V's images it cannot run without (Schedule::images_required) the choice for
+  // the problem without a workspace (Problem::no_workspace), another kernel.
+  fa::cuda::KernelEntry const* unsplit_kernel = nullptr;
   fa::cuda::Schedule unsplit{};
   fa::cuda::ForwardParams unsplit_params{};
 };

@@ -60,6 +60,9 @@ struct Problem {
   int64_t page_size = 0;  // paged
   int64_t max_pages_per_seq = 0;  // paged
   bool descale_per_head = false;  // descales are batch x heads_kv, else one per tensor
+  // The launch a plan falls back to for a run without its workspace (api.cpp): kernels that
+  // cannot run without one (the sm90 FP8 tile that copies V's images) refuse it.
+  bool no_workspace = false;
 
   bool fp8() const { return dtype == DType::kE4M3 || kv_dtype == DType::kE4M3; }
 

@@ -27,8 +27,10 @@ struct Schedule {
   size_t workspace_bytes = 0;  // split-KV partials or V's images; 0 when neither
   // Optional scratch: the sm90 FP8 kernels' V transposed ahead of the run
   // (ForwardParams::v_images), used when the run's workspace holds it (then workspace_bytes,
-  // unsplit); a run without it transposes in the kernel.
+  // unsplit); a run without it transposes in the kernel, or with images_required (a kernel
+  // that only copies them) fails (a plan launches its fallback instead: api.cpp).
   size_t v_image_bytes = 0;
+  bool images_required = false;
   bool key_split = false;      // the warps share each key block (ForwardParams::key_split)
 };
 

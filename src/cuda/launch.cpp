@@ -76,6 +76,13 @@ fa_status bind_tensors(ForwardParams* params, Schedule const& schedule, LaunchTe
                              reinterpret_cast<uintptr_t>(t.workspace) % 16 == 0
                          ? t.workspace
                          : nullptr;
+  if (schedule.images_required && params->v_images == nullptr) {
+    return fail(FA_STATUS_WORKSPACE_TOO_SMALL,
+                "the kernel copies V transposed ahead of the run and needs a 16-byte aligned "
+                "workspace of %zu bytes; got %zu bytes at %p",
+                schedule.v_image_bytes, t.workspace == nullptr ? size_t{0} : t.workspace_size,
+                t.workspace);
+  }
   if (schedule.num_splits > 1) {
     // [num_splits, rows, heads_q, head_dim_v] floats, then [num_splits, heads_q, rows]: the
     // first part's size is a multiple of 8 floats (head_dim_v is), so the LSEs stay 32-byte

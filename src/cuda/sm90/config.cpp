@@ -24,9 +24,11 @@ std::string validate(KernelConfig const& c) {
   if (!rules::pingpong_ok(c))
     return fmt("pingpong needs two consumer warpgroups (n_warps = 12), not n_warps = %d", c.n_warps);
   if (!rules::e4m3_ok(c))
-    return fmt("an E4M3 kernel needs n_warps = 12, d_head = 128 or 256, B_c = 64, 128 or 256 "
-               "and room for two raw V slots (got n_warps = %d, d_head = %d, B_c = %d, %lld "
-               "slot(s))", c.n_warps, c.d_head, c.B_c, static_cast<long long>(e4m3_v_slots(c)));
+    return fmt("an E4M3 kernel needs n_warps = 12, d_head = 128 or 256, B_c = 64, 128, 192 "
+               "or 256 and room for two raw V slots, or none where S, P and O take over 176 "
+               "registers (V copied from its images) (got n_warps = %d, d_head = %d, B_c = %d, "
+               "%lld slot(s))",
+               c.n_warps, c.d_head, c.B_c, static_cast<long long>(e4m3_v_slots(c)));
   if (!rules::registers_ok(c))
     return fmt("B_c = %d and d_head = %d need %lld accumulator registers per thread (B_c / 2 for "
                "S, B_c / 4 for P (B_c / 8 in E4M3), v_cols / 2 for O; v_cols = %lld), over the %d "

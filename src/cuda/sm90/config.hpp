@@ -58,6 +58,16 @@ constexpr int64_t e4m3_vt_group_bytes(int64_t b_c) { return b_c / 16 * 128 + 16;
 constexpr int64_t e4m3_v_image_bytes(KernelConfig const& c) {
   return int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c);
 }
+// An FP8 tile whose consumers' S, P and O take more than 176 registers leaves too few beside
+// them under the transposing producer's 56 (its consumers' 224: d 128 with 192 keys, 184 and
+// Q's 16, spilled 32-60 bytes and ran 0.83-0.91x the 128-key tile from 2k keys; H200,
+// docs/performance.md): its producer warpgroup keeps 24 and only copies (K by TMA, each V stage
+// from its image), its consumers get 240 (FA3's split for its FP8 tiles), and it holds no raw V
+// slots. It runs only problems whose V is transposed ahead of the run (family.cpp); a plan falls
+// back to a transposing tile for a run without the workspace that holds the images.
+constexpr bool e4m3_images_only(KernelConfig const& c) {
+  return c.dtype == DType::kE4M3 && int64_t(c.B_c) / 2 + c.B_c / 8 + c.d_head / 2 > 176;
+}
 constexpr int64_t e4m3_pipe_bytes(KernelConfig const& c) {
   int64_t const vt = (int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c) + 1023) / 1024 * 1024;
   return 1024 + int64_t(c.B_r) * c.d_head + int64_t(c.stages) * (int64_t(c.B_c) * c.d_head + vt) +
@@ -66,10 +76,11 @@ constexpr int64_t e4m3_pipe_bytes(KernelConfig const& c) {
 constexpr int64_t e4m3_o_bytes(KernelConfig const& c) {
   if (c.d_head != 128) return 0;  // d 256: staging spilled (tile.cuh)
   int64_t const o = int64_t(c.B_r) * c.d_head * 2;
-  int64_t const slots = 2 * (int64_t(c.B_c) * c.d_head + 16);
+  int64_t const slots = e4m3_images_only(c) ? 0 : 2 * (int64_t(c.B_c) * c.d_head + 16);
   return e4m3_pipe_bytes(c) + o + slots <= kMaxSmemBytesAnyArch ? o : 0;
 }
 constexpr int64_t e4m3_v_slots(KernelConfig const& c) {
+  if (e4m3_images_only(c)) return 0;
   int64_t const slot = int64_t(c.B_c) * c.d_head + 16;
   return e4m3_pipe_bytes(c) + e4m3_o_bytes(c) + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
 }
@@ -134,14 +145,16 @@ constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_wa
 // registers of four bytes) and O (v_cols / 2 floats) stay in registers, within the reallocated
 // budget less 24 for addresses, row statistics and indices: with 2 consumer warpgroups 232 up to
 // d 192 where those take 200 or fewer, else 240 (d 256, V in fewer columns than d_head, d 128
-// with 192 keys), 224 in an FP8 kernel; 160 with 3, 256 with 1 (tile.cuh's kConsumerRegs).
+// with 192 keys), 224 in an FP8 kernel (240 in one whose producer only copies:
+// e4m3_images_only); 160 with 3, 256 with 1 (tile.cuh's kConsumerRegs).
 constexpr int64_t accumulator_regs(KernelConfig const& c) {
   int64_t const p = c.dtype == DType::kE4M3 ? c.B_c / 8 : c.B_c / 4;
   return int64_t(c.B_c) / 2 + p + v_cols(c) / 2;
 }
 constexpr int consumer_regs(KernelConfig const& c) {
   if (c.n_warps != 12) return c.n_warps == 8 ? 256 : 160;
-  if (c.dtype == DType::kE4M3) return 224;  // its producer transposes V on 56 (tile.cuh)
+  // An FP8 producer transposes V on 56 (tile.cuh), or only copies on 24.
+  if (c.dtype == DType::kE4M3) return e4m3_images_only(c) ? 240 : 224;
   bool const wide_producer =
       c.d_head <= 192 && v_cols(c) == c.d_head && accumulator_regs(c) <= 200;
   return wide_producer ? 232 : 240;
@@ -151,12 +164,13 @@ constexpr bool registers_ok(KernelConfig const& c) {
 }
 // FP8 kernels (e4m3 Q, K and V): two consumer warpgroups at d 128 or 256 (a row of K is one or
 // two 128-byte swizzle blocks; d 64's 64-byte rows would need another swizzle) with B_c of 64,
-// 128 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T, and
-// two raw V slots in shared memory (the producer loads one while it transposes the other).
+// 128, 192 or 256 keys, the e4m3 wgmma N that tools/generate_wgmma.py emits for S = Q K^T, and
+// two raw V slots in shared memory (the producer loads one while it transposes the other), or
+// none in a tile whose producer only copies V's images (e4m3_images_only).
 constexpr bool e4m3_ok(KernelConfig const& c) {
-  return c.dtype != DType::kE4M3 || (c.n_warps == 12 && (c.d_head == 128 || c.d_head == 256) &&
-                                     (c.B_c == 64 || c.B_c == 128 || c.B_c == 256) &&
-                                     e4m3_v_slots(c) == 2);
+  return c.dtype != DType::kE4M3 ||
+         (c.n_warps == 12 && (c.d_head == 128 || c.d_head == 256) && c.B_c % 64 == 0 &&
+          (e4m3_images_only(c) || e4m3_v_slots(c) == 2));
 }
 constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
 

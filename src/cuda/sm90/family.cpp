@@ -12,6 +12,48 @@ namespace fa::cuda::sm90 {
 
 namespace {
 
+// Image slots of V (v_images.cuh's v_image_index): a dense problem's key blocks per sequence and
+// K/V head; a varlen batch's per K/V head, total_k / B_c + batch (each sequence's from its first
+// key row / B_c + its index on). v_image_count: all of them.
+int64_t v_image_slots(KernelConfig const& k, Problem const& p) {
+  return p.layout == Layout::kVarlen ? p.total_k / k.B_c + p.batch
+                                     : (p.seqlen_k + k.B_c - 1) / k.B_c;
+}
+int64_t v_image_count(KernelConfig const& k, Problem const& p) {
+  return (p.layout == Layout::kVarlen ? 1 : p.batch) * p.heads_kv * v_image_slots(k, p);
+}
+
+// Whether an FP8 problem's V is transposed ahead of the run (the producer then copies each
+// stage's image) rather than by the producer for every query tile. Dense and varlen problems
+// only: a KV cache's capacity holds more keys than a step reads, and each step would transpose
+// them all again. The images cost a read of V and a write of its size (about 15 us for the
+// FA-paper grid's 32 MiB on an H200) and save each query tile that reads a V block its
+// transpose: on the H200 (FA-paper grid, d 128 and 256, docs/performance.md) they ran
+// 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x at 1024 (8), 1.02-1.08x at
+// 2048 non-causal (16) and 0.98-1.0x causal (whose tiles read half the blocks on average),
+// 1.03-1.17x from 4096. So: 16 query tiles per V block, 32 with a mask that leaves tiles part
+// of the keys (a varlen batch's query rows per sequence averaged). The tile that copies the
+// images at d 256 (128 keys a block; the transposing tile's 64) pays sooner: without a mask
+// 1.02x at 4 query tiles per block (512 keys), 1.12x at 8; with one 0.90x at 4, 1.00-1.03x at
+// 8, 1.10-1.11x at 16 (at d 128, 192 keys against 128: 0.82x / 0.90-0.91x at 4 / 8 without a
+// mask, 0.97-0.98x at 16 with one; H200). A problem whose V blocks fewer query tiles read runs
+// the smaller tile.
+int64_t images_min_tiles(KernelConfig const& k, Problem const& p) {
+  bool const masked = p.causal || p.window;
+  if (e4m3_images_only(k) && k.d_head == 256) return masked ? 16 : 4;
+  return masked ? 32 : 16;
+}
+bool images_pay(KernelConfig const& k, Problem const& p) {
+  bool const varlen = p.layout == Layout::kVarlen;
+  // (V's rows in whole 16-byte chunks: v_images.cuh's loads.)
+  if ((p.layout != Layout::kDense && !varlen) || p.head_dim_v % 16 != 0) return false;
+  // The transposing grid's x extent: a block per key block of every (sequence, K/V head).
+  if (p.batch * p.heads_kv * ((p.seqlen_k + k.B_c - 1) / k.B_c) > INT32_MAX) return false;
+  int64_t const rows = varlen ? p.total_q / std::max<int64_t>(p.batch, 1) : p.seqlen_q;
+  int64_t const tiles = (rows + k.B_r - 1) / k.B_r * (p.heads_q / p.heads_kv);
+  return tiles >= images_min_tiles(k, p);
+}
+
 // It reads every tensor through TMA maps (tensor_map.hpp), a paged cache's in boxes of
 // gcd(B_c, page_size) rows or, where those would not be a multiple of 8 rows, gathered by its
 // producer warpgroup (config.hpp's gathers_pages, mainloop_load.cuh), and keeps raw scores with
@@ -30,6 +72,24 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
              "e4m3 kernels read pages in TMA boxes of a multiple of 8 rows (gcd(B_c, page_size))";
     }
     if (std::string why = e4m3_strides(p); !why.empty()) return why;
+    // A tile whose producer only copies V's images (config.hpp's e4m3_images_only): problems
+    // whose images pay, unsplit, in a run that brings the workspace for them.
+    if (e4m3_images_only(k)) {
+      if (p.no_workspace) {
+        return "this FP8 tile copies V transposed ahead of the run from the workspace, and the "
+               "run brings none";
+      }
+      if (p.num_splits > 1) {
+        return "fa_config.num_splits = " + std::to_string(p.num_splits) + ": this FP8 tile "
+               "copies V transposed ahead of an unsplit run";
+      }
+      if (!images_pay(k, p)) {
+        return "this FP8 tile copies V transposed ahead of the run, which pays for dense and "
+               "varlen problems (head_dim_v a multiple of 16) from " +
+               std::to_string(images_min_tiles(k, p)) + " query tiles of " +
+               std::to_string(k.B_r) + " rows per key block of this problem's mask";
+      }
+    }
   } else if (p.kv_dtype == DType::kE4M3) {
     // The e4m3 instantiation (tile.cuh's e4m3 stages, converted by the producer warpgroup).
     if (!rules::fp8_kv_tile(k)) {
@@ -86,38 +146,6 @@ int paged_rank(KernelConfig const& k, Problem const& p) {
   return box < 32 ? 1 : box < 64 ? 2 : 3;
 }
 
-// Image slots of V (v_images.cuh's v_image_index): a dense problem's key blocks per sequence and
-// K/V head; a varlen batch's per K/V head, total_k / B_c + batch (each sequence's from its first
-// key row / B_c + its index on). v_image_count: all of them.
-int64_t v_image_slots(KernelConfig const& k, Problem const& p) {
-  return p.layout == Layout::kVarlen ? p.total_k / k.B_c + p.batch
-                                     : (p.seqlen_k + k.B_c - 1) / k.B_c;
-}
-int64_t v_image_count(KernelConfig const& k, Problem const& p) {
-  return (p.layout == Layout::kVarlen ? 1 : p.batch) * p.heads_kv * v_image_slots(k, p);
-}
-
-// Whether an FP8 problem's V is transposed ahead of the run (the producer then copies each
-// stage's image) rather than by the producer for every query tile. Dense and varlen problems
-// only: a KV cache's capacity holds more keys than a step reads, and each step would transpose
-// them all again. The images cost a read of V and a write of its size (about 15 us for the
-// FA-paper grid's 32 MiB on an H200) and save each query tile that reads a V block its
-// transpose: on the H200 (FA-paper grid, d 128 and 256, docs/performance.md) they ran
-// 0.82-0.92x at 512 keys (4 query tiles per V block), 0.94-1.01x at 1024 (8), 1.02-1.08x at
-// 2048 non-causal (16) and 0.98-1.0x causal (whose tiles read half the blocks on average),
-// 1.03-1.17x from 4096. So: 16 query tiles per V block, 32 with a mask that leaves tiles part
-// of the keys (a varlen batch's query rows per sequence averaged).
-bool images_pay(KernelConfig const& k, Problem const& p) {
-  bool const varlen = p.layout == Layout::kVarlen;
-  // (V's rows in whole 16-byte chunks: v_images.cuh's loads.)
-  if ((p.layout != Layout::kDense && !varlen) || p.head_dim_v % 16 != 0) return false;
-  // The transposing grid's x extent: a block per key block of every (sequence, K/V head).
-  if (p.batch * p.heads_kv * ((p.seqlen_k + k.B_c - 1) / k.B_c) > INT32_MAX) return false;
-  int64_t const rows = varlen ? p.total_q / std::max<int64_t>(p.batch, 1) : p.seqlen_q;
-  int64_t const tiles = (rows + k.B_r - 1) / k.B_r * (p.heads_q / p.heads_kv);
-  return tiles >= (p.causal || p.window ? 32 : 16);
-}
-
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
                   bool allow_split) {
   KernelConfig const& k = kernel.config;
@@ -125,7 +153,8 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   int64_t const base = unsplit_blocks(k.B_r, p, false);
   // One block fits per SM (the tile's shared memory and 384-512 threads).
   int64_t const sms = std::max(device.sm_count, 1);
-  s.num_splits = choose_splits(p, base, sms, sms, k.B_c, allow_split);
+  // (A tile that copies V's images runs unsplit: cannot_run.)
+  s.num_splits = choose_splits(p, base, sms, sms, k.B_c, allow_split && !e4m3_images_only(k));
   s.blocks = base * s.num_splits;
   // A persistent kernel launches one block per SM, each walking tiles.
   if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, sms);
@@ -145,6 +174,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   if (k.dtype == DType::kE4M3 && s.num_splits == 1 && images_pay(k, p)) {
     s.v_image_bytes = size_t(v_image_count(k, p) * e4m3_v_image_bytes(k));
     s.workspace_bytes = s.v_image_bytes;
+    s.images_required = e4m3_images_only(k);
   }
   return s;
 }

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   // Arrivals that fill a V stage besides TMA's bytes: the 128 converting, gathering or
   // transposing producer threads', or the one thread's that copies an FP8 tile's V image.
   bool const v_by_threads =
-      kE4M3 || params.kv_gather || (T::kFp8 && params.p.v_images == nullptr);
+      kE4M3 || params.kv_gather || (T::kFp8 && !T::kImagesOnly && params.p.v_images == nullptr);
   if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3);
   __syncthreads();
 
@@ -67,7 +67,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // whole warpgroup gathers a paged cache's rows, or converts an e4m3 cache's
     // (mainloop_load.cuh).
     regs_dealloc<T::kProducerRegs>();
-    if constexpr (T::kFp8) {
+    if constexpr (T::kImagesOnly) {
+      // (Its launches always bring the images: the plan falls back to another tile without.)
+      if (tid < 32) load_fp8_images<T>(params, sm, sched, tid == 0);
+    } else if constexpr (T::kFp8) {
       if (params.p.v_images == nullptr) {
         load_transpose_v<T>(params, sm, sched, tid);
       } else if (tid < 32) {

@@ -195,7 +195,8 @@ void register_kernel(Registry& registry) {
                 "config.hpp's consumer_regs() is the tile's");
   static_assert(C.dtype == DType::kE4M3 || e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes,
                 "config.hpp's e4m3 layout");
-  static_assert(C.dtype != DType::kE4M3 || e4m3_v_image_bytes(C) == TileOf<C>::kVImageBytes,
+  static_assert(C.dtype != DType::kE4M3 || (e4m3_v_image_bytes(C) == TileOf<C>::kVImageBytes &&
+                                             e4m3_images_only(C) == TileOf<C>::kImagesOnly),
                 "config.hpp's V images");
   static_assert(Narrow<TileOf<C>, kList>::valid(),
                 "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile (its own "

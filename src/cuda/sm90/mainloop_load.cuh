@@ -21,7 +21,7 @@
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/tile.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
-#include "cuda/sm90/v_images.cuh"
+#include "cuda/sm90/v_image_index.cuh"
 
 namespace fa::cuda::sm90 {
 
@@ -463,6 +463,18 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
   });
 }
 
+// An FP8 tile's key block of K (rows first .. first + B_c - 1 of a dense or varlen problem) into
+// stage s by TMA, one box of 128 columns at a time, by the thread that armed the stage's "full"
+// barrier for its bytes.
+template <class T>
+__device__ __forceinline__ void tma_load_k_block(Params const& params, Smem<T> const& sm, int s,
+                                                 int first, int kv_head, int map_batch) {
+  for (int cb = 0; cb < T::kD / 128; ++cb) {
+    tma_load_4d(sm.k_tiles + s * T::kKVBytes + cb * T::kBc * 128, &params.k_map, &sm.k_full[s],
+                cb * 128, first, kv_head, map_batch);
+  }
+}
+
 // An FP8 tile's producer (e4m3 Q, K and V), run by the producer warpgroup's 128 threads instead
 // of load_tiles: warp 0 loads Q, each key block's K straight into its stage (128-byte-swizzled
 // boxes of 128 columns, dense or paged, a paged block's boxes by the lanes of warp 0) and its V
@@ -568,16 +580,15 @@ __device__ __forceinline__ void load_transpose_v(Params const& params, Smem<T> c
       mbar_wait(&sm.k_empty[s], phase ^ 1);
       if (leader) mbar_arrive_expect_tx(&sm.k_full[s], T::kKVBytes);
       uint8_t* const k_dst = sm.k_tiles + s * T::kKVBytes;
-      for (int cb = 0; cb < T::kD / 128; ++cb) {
-        if (paged) {
+      if (paged) {
+        for (int cb = 0; cb < T::kD / 128; ++cb) {
           if (lane * box < T::kBc) {
             tma_load_4d(k_dst + (cb * T::kBc + lane * box) * 128, &params.k_map, &sm.k_full[s],
                         cb * 128, row, kv_head, page);
           }
-        } else if (leader) {
-          tma_load_4d(k_dst + cb * T::kBc * 128, &params.k_map, &sm.k_full[s], cb * 128, first,
-                      kv_head, w.map_batch);
         }
+      } else if (leader) {
+        tma_load_k_block<T>(params, sm, s, first, kv_head, w.map_batch);
       }
       mbar_wait(&sm.v8_empty[j], phase8 ^ 1);
       if (leader) mbar_arrive_expect_tx(&sm.v8_full[j], T::kVRawBytes);
@@ -643,11 +654,7 @@ __device__ __forceinline__ void load_fp8_images(Params const& params, Smem<T> co
       mbar_wait(&sm.k_empty[s], phase ^ 1);
       if (leader) {
         mbar_arrive_expect_tx(&sm.k_full[s], T::kKVBytes);
-        for (int cb = 0; cb < T::kD / 128; ++cb) {
-          tma_load_4d(sm.k_tiles + s * T::kKVBytes + cb * T::kBc * 128, &params.k_map,
-                      &sm.k_full[s], cb * 128, int(w.seq.k_first) + n * T::kBc, kv_head,
-                      w.map_batch);
-        }
+        tma_load_k_block<T>(params, sm, s, int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
       }
       mbar_wait(&sm.v_empty[s], phase ^ 1);
       if (leader) {

@@ -162,8 +162,11 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   // block reads Q again, as many bytes as K at d 256's 64 keys per block, where a kernel that
   // skipped S = Q K^T ran 1.28x (d 128: 1.05x; 8k, H200). Q's first 128 columns in registers:
   // d 256 1.04-1.06x at 8k-16k, d 128 unchanged. All of d 256's Q (32 registers) left ptxas too
-  // few for its S, P and O: it serialized the wgmmas (C7512).
-  constexpr int kQRegSteps = kFp8 ? (kQkSteps < 4 ? kQkSteps : 4) : 0;
+  // few for its S, P and O: it serialized the wgmmas (C7512). Only where S, P, O and those 16
+  // registers leave 24 of the consumer's (not d 256 with 128 keys: 208 + 16 of 240).
+  constexpr bool kQInRegs =
+      kFp8 && T::kBc / 2 + T::kPRegs + T::kDv / 2 + 16 <= T::kConsumerRegs - 24;
+  constexpr int kQRegSteps = kQInRegs ? (kQkSteps < 4 ? kQkSteps : 4) : 0;
   uint32_t qa[kQRegSteps > 0 ? kQRegSteps : 1][4];
   if constexpr (kFp8) {
     if (n_blocks > 0) {

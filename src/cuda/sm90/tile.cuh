@@ -110,17 +110,23 @@ struct Tile {
   // where they fit) of kBc rows x kD bytes after O's buffer, then, after the pipeline's barriers,
   // their "full" and "empty" barriers (Smem's v8_tiles, v8_full, v8_empty).
   static constexpr int kVRawBytes = kBc * kD;
+  // An FP8 tile whose consumers' S, P and O take more than 176 registers (config.hpp's
+  // e4m3_images_only: d 128 with 192 or 224 keys, d 256 with 128) copies V's images only: no raw
+  // slots, and its producer keeps 24 registers.
+  static constexpr int kPRegs = kFp8 ? kBc / 8 : kBc / 4;  // P's (packed pairs, or 4 e4m3 bytes)
+  static constexpr bool kImagesOnly = kFp8 && kBc / 2 + kPRegs + kDv / 2 > 176;
+  static constexpr int kRawSlotBytes = kImagesOnly ? 0 : 2 * (kVRawBytes + 16);
   // An FP8 tile at d 128 stages its 16-bit O (kBr rows x kDv x 2 bytes, twice its Q rows' bytes)
   // where it fits beside two raw V slots: its threads' own 4-byte stores used 16 of each 32-byte
   // sector (ncu, d 128, 8k). At d 256 staging spilled 52-120 bytes (ptxas).
   static constexpr int kOBytes =
-      kFp8 ? (kD == 128 && kPipeBytes + kBr * kDv * 2 + 2 * (kVRawBytes + 16) <= 227 * 1024
+      kFp8 ? (kD == 128 && kPipeBytes + kBr * kDv * 2 + kRawSlotBytes <= 227 * 1024
                   ? kBr * kDv * 2
                   : 0)
       : kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes
                                                          : 0;
   static constexpr int kVRawSlots =
-      kPipeBytes + kOBytes + 2 * (kVRawBytes + 16) <= 227 * 1024 ? 2 : 1;
+      kImagesOnly ? 0 : kPipeBytes + kOBytes + 2 * (kVRawBytes + 16) <= 227 * 1024 ? 2 : 1;
   static constexpr int kSmemBytes =
       kFp8 ? kPipeBytes + kOBytes + kVRawSlots * (kVRawBytes + 16) : kPipeBytes + kOBytes;
   // At d 192 and 256, whose stages leave no room for O's buffer, a block that runs one tile
@@ -147,16 +153,17 @@ struct Tile {
   // spilled at 232 (0.994x); for the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x
   // at 512-2048 keys with 40 / 232; and where S, P and O take more than 200 of 232 (d 128 with
   // 192 keys: 208, the rule's limit, and ptxas serialized its wgmmas, C7512).
-  // P's registers per consumer thread (packed pairs, or four e4m3 bytes each).
-  static constexpr int kPRegs = kFp8 ? kBc / 8 : kBc / 4;
   static constexpr bool kWideProducer =
       kConsumers == 2 && kD <= 192 && kDv == kD && kBc / 2 + kPRegs + kDv / 2 <= 200;
   // An FP8 tile's producer transposes V as well as loading: 56 / 224 (at 40 / 232 ptxas spilled
-  // 24-32 bytes in the persistent d 128 kernel; its consumers' S, P and O take 144 registers).
+  // 24-32 bytes in the persistent d 128 kernel; its consumers' S, P and O take 144 registers);
+  // one that copies V's images only: 24 / 240.
   static constexpr int kProducerRegs =
-      kFp8 ? 56 : kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
+      kFp8 ? (kImagesOnly ? 24 : 56)
+           : kConsumers == 1 ? 56 : kConsumers == 2 ? (kWideProducer ? 40 : 24) : 32;
   static constexpr int kConsumerRegs =
-      kFp8 ? 224 : kConsumers == 1 ? 256 : kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;
+      kFp8 ? (kImagesOnly ? 240 : 224)
+           : kConsumers == 1 ? 256 : kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;
 
   static_assert(kD % kBlockCols == 0 && kD <= 256, "head_dim in whole 128-byte swizzle blocks");
   static_assert(!kFp8 || (kConsumers == 2 && kBc % 32 == 0), "FP8: two consumers, k32 steps");

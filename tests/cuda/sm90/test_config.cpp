@@ -67,38 +67,62 @@ static_assert(rules::own(KernelConfig{DType::kBF16, 64, 128, 240, 12, false, fal
 // FP8 kernels (dtype E4M3: e4m3 Q, K and V): their own layout (config.hpp), 1024 + Q (128 * 128)
 // + 2 stages of K (128 * 128) and of V transposed (16 groups of 8 rows, 8 * 128 + 16 bytes apart:
 // 16640, rounded up to 17408) + barriers 80, then O's buffer (128 * 128 * 2) and two raw V slots
-// of 128 * 128 + 16 bytes; consumers on 224 registers (S 64, P 16, O 64); at d 256 64 keys (S, P
-// and O of 128 keys: 64 + 16 + 128 = 208, over 200).
+// of 128 * 128 + 16 bytes; consumers on 224 registers (S 64, P 16, O 64); at d 256 64 keys.
 constexpr KernelConfig kFp8{DType::kE4M3, 128, 128, 128, 12, false, false, false, 0, 0, 0, false,
                             false, kId, 2, true, false, true};
 static_assert(rules::own(kFp8) && rules::e4m3_ok(kFp8) && !rules::fp8_kv_tile(kFp8));
 static_assert(e4m3_pipe_bytes(kFp8) == 1024 + 16384 + 2 * (16384 + 17408) + 80 &&
               e4m3_o_bytes(kFp8) == 32768 && e4m3_v_slots(kFp8) == 2 &&
               smem_bytes(kFp8) == e4m3_pipe_bytes(kFp8) + 32768 + 2 * 16400);
-static_assert(rules::consumer_regs(kFp8) == 224 && rules::accumulator_regs(kFp8) == 144);
+static_assert(rules::consumer_regs(kFp8) == 224 && rules::accumulator_regs(kFp8) == 144 &&
+              !e4m3_images_only(kFp8));
 constexpr KernelConfig kFp8D256{DType::kE4M3, 256, 128, 64, 12, false, false, false, 0, 0, 0,
                                 false, false, kId, 2, true, false, true};
-static_assert(rules::own(kFp8D256) && rules::accumulator_regs(kFp8D256) == 168);
-static_assert(!rules::own(KernelConfig{DType::kE4M3, 256, 128, 128, 12, false, false, false, 0, 0,
-                                       0, false, false, kId, 2, true, false, true}));
+static_assert(rules::own(kFp8D256) && rules::accumulator_regs(kFp8D256) == 168 &&
+              !e4m3_images_only(kFp8D256));
+// d 128 with 192 keys: S 96, P 24, O 64 = 184, over 176, so its producer only copies V's images
+// (24 registers, consumers 240, no raw slots); 12 groups of V 12 * 128 + 16 bytes apart
+// (16 * 1552 = 24832, rounded up to 25600), then O's buffer.
+constexpr KernelConfig kFp8B192{DType::kE4M3, 128, 128, 192, 12, false, false, false, 0, 0, 0,
+                                false, false, kId, 2, true, false, true};
+static_assert(rules::own(kFp8B192) && rules::accumulator_regs(kFp8B192) == 184 &&
+              e4m3_images_only(kFp8B192) && e4m3_v_slots(kFp8B192) == 0 &&
+              rules::consumer_regs(kFp8B192) == 240 &&
+              smem_bytes(kFp8B192) == 1024 + 16384 + 2 * (24576 + 25600) + 80 + 32768);
+// d 256 with 128 keys (FA3's FP8 tile): S, P and O take 64 + 16 + 128 = 208, so the producer
+// only copies V's images (24 registers, consumers 240, no raw slots): 1024 + Q 32768 +
+// 2 stages of K 32768 and V 32 groups of 8 * 128 + 16 (33280, rounded up to 33792) + 80.
+constexpr KernelConfig kFp8D256B128{DType::kE4M3, 256, 128, 128, 12, false, false, false, 0, 0,
+                                    0, false, false, kId, 2, true, false, true};
+static_assert(rules::own(kFp8D256B128) && e4m3_images_only(kFp8D256B128) &&
+              rules::consumer_regs(kFp8D256B128) == 240 && e4m3_v_slots(kFp8D256B128) == 0 &&
+              smem_bytes(kFp8D256B128) == 1024 + 32768 + 2 * (32768 + 33792) + 80);
 
 TEST_SUITE("family") {
   TEST_CASE("sm90 FP8 (E4M3) configs: two consumers at d 128 or 256, B_c a generated e4m3 N") {
     check_valid(kFp8);
     check_valid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 256, c.B_c = 64; }));
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 64; }),
-                  "an E4M3 kernel needs n_warps = 12, d_head = 128 or 256, B_c = 64, 128 or 256 "
-                  "and room for two raw V slots (got n_warps = 12, d_head = 64, B_c = 128, 2 "
-                  "slot(s))");
+                  "an E4M3 kernel needs n_warps = 12, d_head = 128 or 256, B_c = 64, 128, 192 "
+                  "or 256 and room for two raw V slots, or none where S, P and O take over 176 "
+                  "registers (V copied from its images) (got n_warps = 12, d_head = 64, B_c = "
+                  "128, 2 slot(s))");
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.B_c = 96; }), "an E4M3 kernel needs");
-    // 256 keys at 3 stages leave room for one raw V slot (214896 + 2 * 32784 bytes over 227 KiB).
-    check_invalid(test::with(kFp8, [](KernelConfig& c) { c.B_c = 256, c.stages = 3; }),
-                  "B_c = 256, 1 slot(s)");
+    // 192 keys at 3 stages: 1024 + 16384 + 3 * 50176 + 112 = 168048 and O's buffer (no raw
+    // slots). No e4m3 wgmma of 160 keys is generated.
+    check_valid(kFp8B192);
+    check_valid(test::with(kFp8B192, [](KernelConfig& c) { c.stages = 3; }));
+    check_invalid(test::with(kFp8B192, [](KernelConfig& c) { c.B_c = 160; }),
+                  "an E4M3 kernel needs");
+    // 256 keys: S, P and O take 128 + 32 + 64 = 224, over the 216 even a copying producer leaves.
+    check_invalid(test::with(kFp8, [](KernelConfig& c) { c.B_c = 256; }),
+                  "need 224 accumulator registers");
     check_invalid(test::with(kFp8, [](KernelConfig& c) { c.n_warps = 16, c.B_r = 192; }),
                   "an E4M3 kernel needs");
-    // d 256 with 128 keys: its V stages (rounded to 1024 bytes) leave room for one raw V slot;
-    // its S, P and O would need 208 registers besides.
-    check_invalid(test::with(kFp8, [](KernelConfig& c) { c.d_head = 256; }), "1 slot(s)");
+    // d 256 with 128 keys copies V's images; at 3 stages it would not fit (233584 bytes).
+    check_valid(kFp8D256B128);
+    check_invalid(test::with(kFp8D256B128, [](KernelConfig& c) { c.stages = 3; }),
+                  "shared memory of the E4M3 layout");
     CHECK(short_name(kFp8) == "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent");
     CHECK(test::parsed(short_name(kFp8)) == kFp8);
   }

@@ -345,6 +345,76 @@ TEST_SUITE("family") {
     KernelEntry bf16{test::sm90_kernel(128, true), nullptr, nullptr, nullptr, nullptr};
     CHECK(f.schedule(device, bf16, test::dense_problem(2, 2048, 2000, 16, 4), true).v_image_bytes == 0);
   }
+
+  TEST_CASE("sm90: the FP8 tile that copies V's images runs where they pay, unsplit, with a workspace") {
+    KernelFamily const& f = sm90::kFamily;
+    KernelConfig copying = test::sm90_kernel(128, true, 256);  // S, P, O: 208 registers
+    copying.dtype = DType::kE4M3;
+    KernelConfig transposing = copying;
+    transposing.B_c = 64;
+    REQUIRE(sm90::e4m3_images_only(copying));
+    REQUIRE(!sm90::e4m3_images_only(transposing));
+    Problem p = test::dense_problem(2, 2048, 2048, 16, 16);  // 16 query tiles per V block
+    p.dtype = p.kv_dtype = DType::kE4M3;
+    p.head_dim = p.head_dim_v = 256;
+    CHECK(f.cannot_run(copying, p).empty());
+    KernelEntry entry{copying, nullptr, nullptr, nullptr, nullptr};
+    Device const device = test::device_with(&entry, 1);
+    Schedule const s = f.schedule(device, entry, p, true);
+    CHECK(s.images_required);
+    CHECK(s.num_splits == 1);
+    CHECK(s.v_image_bytes == size_t(2 * 16 * 16 * sm90::e4m3_v_image_bytes(copying)));
+    CHECK(s.workspace_bytes == s.v_image_bytes);
+    KernelEntry other{transposing, nullptr, nullptr, nullptr, nullptr};
+    CHECK(!f.schedule(device, other, p, true).images_required);
+    // Without a workspace (a plan's fallback launch), split, or where the images do not pay
+    // (at d 256 4 query tiles per block, 16 with a causal mask; a cache's capacity would be
+    // transposed for every step).
+    Problem bare = p;
+    bare.no_workspace = true;
+    CHECK(f.cannot_run(copying, bare).find("the run brings none") != std::string::npos);
+    CHECK(f.cannot_run(transposing, bare).empty());
+    Problem split = p;
+    split.num_splits = 2;
+    CHECK(f.cannot_run(copying, split).find("num_splits = 2") != std::string::npos);
+    Problem causal = p;
+    causal.causal = true;
+    CHECK(f.cannot_run(copying, causal).empty());  // 16 query tiles per block
+    CHECK(f.schedule(device, other, causal, true).v_image_bytes == 0);  // its own rule: 32
+    causal.seqlen_q = causal.seqlen_k = 1024;
+    std::string const why = f.cannot_run(copying, causal);
+    CHECK_MESSAGE(why.find("from 16 query tiles of 128 rows per key block of this problem's "
+                           "mask") != std::string::npos, why);
+    CHECK(f.cannot_run(transposing, causal).empty());
+    Problem few = p;
+    few.seqlen_q = 384;  // 3 query tiles per block
+    CHECK(f.cannot_run(copying, few).find("from 4 query tiles") != std::string::npos);
+    few.seqlen_q = 512;
+    CHECK(f.cannot_run(copying, few).empty());
+    few.seqlen_q = 384;
+    // At d 128 the copying tile (192 keys) wants as many as the transposing one: 16, 32 masked.
+    KernelConfig copying128 = test::sm90_kernel(192, true);
+    copying128.dtype = DType::kE4M3;
+    REQUIRE(sm90::e4m3_images_only(copying128));
+    Problem p128 = test::dense_problem(2, 2048, 2048, 16, 16);
+    p128.dtype = p128.kv_dtype = DType::kE4M3;
+    CHECK(f.cannot_run(copying128, p128).empty());
+    p128.causal = true;
+    CHECK(f.cannot_run(copying128, p128).find("from 32 query tiles") != std::string::npos);
+    Problem cache = p;
+    cache.layout = Layout::kKvCache;
+    CHECK(!f.cannot_run(copying, cache).empty());
+    // The choice: the copying tile (the larger) where it runs, else the transposing one.
+    Device both = test::device_with(&entry, 1);
+    both.kernels = {&other, &entry};
+    KernelEntry const* chosen = nullptr;
+    REQUIRE(choose_kernel(both, p, &chosen) == FA_STATUS_SUCCESS);
+    CHECK(chosen == &entry);
+    for (Problem const& q : {bare, causal, cache, few}) {
+      REQUIRE(choose_kernel(both, q, &chosen) == FA_STATUS_SUCCESS);
+      CHECK(chosen == &other);
+    }
+  }
 }
 
 }  // namespace fa::cuda

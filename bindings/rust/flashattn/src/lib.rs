@@ -1555,7 +1555,8 @@ impl<'ctx> Plan<'ctx> {
 
     /// Device scratch bytes a GPU run needs (`fa_plan_workspace_size`): 0 unless the plan splits
     /// the keys ([`Plan::num_splits`] > 1) or is an FP8 prefill that transposes V ahead of the
-    /// run (which, given no workspace, transposes it in the kernel instead).
+    /// run (which, given no workspace, runs a kernel that transposes V itself: 0.80-0.89x as
+    /// fast from 8k keys on an H200).
     pub fn workspace_size(&self) -> Result<usize> {
         let mut n = 0usize;
         // Safety: a valid plan and a local.
