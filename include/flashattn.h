@@ -890,7 +890,10 @@ FA_API fa_status fa_plan_create_with_kernel(fa_context_t* ctx, const fa_config* 
                                             const fa_kernel_config* kernel, fa_plan_t** out);
 
 /*! fa_plan_kernel() :
- *  @param out  caller-initialised; receives the plan's GPU kernel config.
+ *  @param out  caller-initialised; receives the plan's GPU kernel config: the kernel a run with
+ *              the workspace fa_plan_workspace_size() asks for launches (an FP8 prefill plan
+ *              whose kernel copies V's images runs another, which transposes V itself, when a
+ *              run brings no such workspace: since 0.3.0).
  *  @return FA_STATUS_SUCCESS; FA_STATUS_INVALID_ARGUMENT (NULL); FA_STATUS_BAD_STRUCT_SIZE;
  *          FA_STATUS_WRONG_CONTEXT for a CPU plan (it has no GPU kernel).
  *  Thread-safe. Since 0.1.0. */
@@ -913,7 +916,7 @@ FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
  *               transpose kernel before an attention kernel that copies V's blocks from it
  *               (since 0.3.0; FP8 prefill 1.34x / 1.44x our bf16 from 2k keys on an H200 at
  *               d 128 / 256); without it, the plan runs a kernel that transposes
- *               V itself (0.80-0.89x as fast from 8k keys), with the same result. A plan's
+ *               V itself (0.79-0.89x as fast from 8k keys), with the same result. A plan's
  *               size is the same for every run.
  *  @return FA_STATUS_SUCCESS, or FA_STATUS_INVALID_ARGUMENT (NULL).
  *  Thread-safe. Since 0.1.0 (non-zero since 0.3.0). */

@@ -110,7 +110,7 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
   // tile below is the sm90 family's e4m3 one on Hopper (0.63-0.94x the 16-bit cache against
   // 0.34-0.37x, docs/performance.md). e4m3 queries skip the table, measured on 16-bit kernels:
   // their largest runnable tile below is the FP8 tile that copies V's images where those pay and
-  // the run brings their workspace (1.02-1.17x the transposing tile, H200), else the smaller.
+  // the run brings their workspace (1.00-1.17x the transposing tile, H200), else the smaller.
   int const arch = device.cc_major * 10 + device.cc_minor;
   for (bool table_fallback : {false, true}) {
     if (p.dtype == DType::kE4M3) break;

@@ -907,7 +907,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False,
         unsplit, and a forced one raise WorkspaceTooSmallError. An FP8 prefill (e4m3 q, k and v
         on Hopper, long enough) also uses it for V transposed ahead of the run, about V's bytes
         (``fa_plan_workspace_size``), and without it runs a tile that transposes V itself: the
-        same result, 0.80-0.89x as fast from 8k keys on an H200. None allocates the scratch
+        same result, 0.79-0.89x as fast from 8k keys on an H200. None allocates the scratch
         with q's library per call (PyTorch: from its caching allocator, and inside a graph
         capture from the graph's pool). The CPU backend needs none.
     q_descale, k_descale, v_descale : array, optional
