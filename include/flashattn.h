@@ -906,9 +906,10 @@ FA_API fa_status fa_plan_kernel(const fa_plan_t* plan, fa_kernel_config* out);
  *               (head_dim_v + 1) * 4 bytes rounded up to 256 (rows = batch * seqlen_q, or
  *               total_q for varlen; head_dim_v as fa_config resolves it). An unsplit FP8
  *               prefill on Hopper (dtype FA_DTYPE_E4M3, FA_LAYOUT_DENSE or FA_LAYOUT_VARLEN,
- *               head_dim_v a multiple of 16) where ceil(seqlen_q / 128) * heads_q / heads_kv is
- *               16 or more (32 with causal or a window; for head dims above 128, 4 or more and
- *               16; varlen: total_q / batch for seqlen_q) asks for V transposed ahead of the
+ *               head_dim_v a multiple of 16) where seqlen_q is 128 or more and
+ *               ceil(seqlen_q / 128) * heads_q / heads_kv is 16 or more (32 with causal or a
+ *               window; for head dims above 128, 4 or more and 16; varlen: total_q / batch for
+ *               seqlen_q) asks for V transposed ahead of the
  *               run, about the bytes of V: batch * heads_kv * ceil(seqlen_k / B_c) blocks
  *               (varlen: heads_kv * (total_k / B_c + batch)) of d / 8 * (B_c * 8 + 16) bytes, d
  *               and B_c the kernel's head dim and keys per block (128 and 192 for head dims up

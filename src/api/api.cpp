@@ -45,9 +45,9 @@ fa_status builtin_choice(fa_context_s* ctx, Problem const& p, cuda::KernelEntry 
   // The first problem of a key fills the cache; one with features its kernel cannot run
   // chooses anew each time rather than evicting it. Forced splits are not cached either: the key
   // leaves num_splits out, and a kernel picked for a forced split count must not become the pick
-  // for the same shape without one; nor one picked for a run without a workspace (a plan's
-  // fallback) the pick for runs with one.
-  if (cached == nullptr && p.num_splits <= 1 && !p.no_workspace) {
+  // for the same shape without one. (A plan's fallback for a run without a workspace has its
+  // own key: builtin_key's no_workspace.)
+  if (cached == nullptr && p.num_splits <= 1) {
     std::lock_guard lock(ctx->mutex);
     ctx->choices.insert(key, chosen);
   }

@@ -80,6 +80,18 @@ std::string cannot_run(Device const& device, KernelConfig const& k, Problem cons
            std::to_string(device.ordinal) + " allows " +
            std::to_string(device.smem_per_block_optin);
   }
+  // A kernel that cannot split the keys is refused where its family's split would run (the
+  // unsplit grid leaving SMs idle): one that splits fills them (sm90: one block per SM).
+  KernelFamily const& family = family_of(k);
+  if (!family.splits_keys(k) && p.num_splits == 0) {
+    int64_t const base = unsplit_blocks(k.B_r, p, family.pack_gqa(k, p));
+    int64_t const sms = std::max(device.sm_count, 1);
+    if (choose_splits(p, base, sms, sms, k.B_c, true) > 1) {
+      return short_name(k) + ": runs unsplit, and its " + std::to_string(base) + " blocks would "
+             "leave SMs of device " + std::to_string(device.ordinal) + " (" +
+             std::to_string(sms) + ") idle where a kernel that splits the keys fills them";
+    }
+  }
   return {};
 }
 
@@ -137,10 +149,19 @@ fa_status choose_kernel(Device const& device, Problem const& p, KernelEntry cons
       continue;
     }
     // The smallest head dim that runs the problem (a larger one computes zero columns), then
-    // the largest tile.
+    // the largest tile; for e4m3 queries (no table) among equal tiles the FP8 sweep's knobs
+    // (persistent, two stages, no ping-pong: tools/generate_kernels.py's fp8_prefill_configs),
+    // which tuning builds hold beside their variants.
+    auto fp8_knobs = [](KernelConfig const& c) {
+      return 4 * int(c.persistent) + 2 * int(c.stages == 2) + int(!c.pingpong);
+    };
+    int64_t const area = int64_t(e->config.B_r) * e->config.B_c;
+    int64_t const best_area =
+        fallback == nullptr ? 0 : int64_t(fallback->config.B_r) * fallback->config.B_c;
     if (fallback == nullptr || e->config.d_head < fallback->config.d_head ||
         (e->config.d_head == fallback->config.d_head &&
-         e->config.B_r * e->config.B_c > fallback->config.B_r * fallback->config.B_c)) {
+         (area > best_area || (area == best_area && p.dtype == DType::kE4M3 &&
+                               fp8_knobs(e->config) > fp8_knobs(fallback->config))))) {
       fallback = e;
     }
   }

@@ -60,6 +60,9 @@ struct KernelFamily {
   // Dynamic shared memory of `k` running `p` (an instantiation for e4m3 caches stages more), which
   // the choice holds against the device's opt-in limit.
   int64_t (*smem_bytes)(KernelConfig const& k, Problem const& p);
+  // Whether `k` splits the keys where its grid leaves SMs idle (schedule); the choice refuses a
+  // kernel that cannot (the sm90 FP8 tile that copies V's images) where a split would run.
+  bool (*splits_keys)(KernelConfig const& k);
 };
 
 // The family with this KernelConfig::family value, or nullptr when the build does not compile

@@ -43,6 +43,40 @@ TEST_CASE("the built-in choice's cache key tells apart what the choice reads") {
   Problem e4m3 = p;  // an FP8 cache of the same shape runs on the fp8 decode tiles only
   e4m3.kv_dtype = DType::kE4M3;
   CHECK(builtin_key(e4m3) != builtin_key(p));
+  // 16-bit and e4m3-cache keys stay per shape: the batch is not the choice's.
+  Problem batched = p;
+  batched.batch = 64;
+  CHECK(builtin_key(batched) == builtin_key(p));
+}
+
+TEST_CASE("e4m3 queries' cache key holds what the rule for V's images reads") {
+  Problem p{};
+  p.dtype = p.kv_dtype = DType::kE4M3;
+  p.batch = 8;
+  p.seqlen_q = p.seqlen_k = 2048;
+  p.heads_q = p.heads_kv = 16;
+  p.head_dim = p.head_dim_v = 256;
+  BuiltinKey const key = builtin_key(p);
+  Problem same = p;
+  CHECK(builtin_key(same) == key);
+  // A window (32 query tiles per V block, not 16), another batch (whether the grid fills the
+  // device), a run without a workspace (the plan's fallback): each its own pick.
+  Problem windowed = p;
+  windowed.window = true;
+  CHECK(builtin_key(windowed) != key);
+  Problem one = p;
+  one.batch = 1;
+  CHECK(builtin_key(one) != key);
+  Problem bare = p;
+  bare.no_workspace = true;
+  CHECK(builtin_key(bare) != key);
+  // A varlen batch's query rows per sequence.
+  Problem varlen = p;
+  varlen.layout = Layout::kVarlen;
+  varlen.total_q = 8 * 2048;
+  Problem fewer_rows = varlen;
+  fewer_rows.total_q = 8 * 100;
+  CHECK(builtin_key(varlen) != builtin_key(fewer_rows));
 }
 
 }  // namespace fa

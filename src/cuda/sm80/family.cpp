@@ -97,7 +97,9 @@ int64_t smem(KernelConfig const& k, Problem const& p) {
   return key_split(k, p, pack_gqa(k, p)) ? e4m3_split_smem_bytes(k) : e4m3_smem_bytes(k);
 }
 
+bool splits_keys(KernelConfig const&) { return true; }
+
 KernelFamily const kFamily{"mma.sync", &cannot_run, &pack_gqa, &decode_rank, &paged_rank,
-                           &schedule, &params, &smem};
+                           &schedule, &params, &smem, &splits_keys};
 
 }  // namespace fa::cuda::sm80

@@ -45,12 +45,13 @@ constexpr int64_t v_cols(KernelConfig const& c) {
 // producer warpgroup into [d_head rows][B_c keys] (wgmma's e4m3 B operand is K-major: the keys
 // contiguous) in 8-row groups of 16-byte core matrices without swizzle, the groups
 // B_c / 16 * 128 + 16 bytes apart (the 16 spare bytes put the transposing threads' 8-byte stores
-// of one instruction in distinct banks: mainloop_load.cuh), then O's staging buffer (below), one
-// or two slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled), and after them the
-// pipeline's barriers and each slot's "full" and "empty" mbarrier.
+// of one instruction in distinct banks: mainloop_load.cuh), then O's staging buffer (below), two
+// slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled; none in a tile that copies V's
+// images, e4m3_images_only), and after them the pipeline's barriers and each slot's "full" and
+// "empty" mbarrier.
 // Each V stage is rounded up to 1024 bytes, so that O's staging buffer after the stages starts on
 // a 128-byte swizzle atom (TMA stores it from there); that buffer holds B_r rows of O in its
-// 16-bit type where it fits beside two raw V slots.
+// 16-bit type where it fits beside the raw V slots.
 constexpr int64_t e4m3_vt_group_bytes(int64_t b_c) { return b_c / 16 * 128 + 16; }
 // The image of one V stage (d_head / 8 groups, without the 1024-byte rounding) as a dense or
 // varlen FP8 problem's V is transposed ahead of the run into the workspace (v_images.cuh), one per

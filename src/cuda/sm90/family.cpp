@@ -50,6 +50,9 @@ bool images_pay(KernelConfig const& k, Problem const& p) {
   // The transposing grid's x extent: a block per key block of every (sequence, K/V head).
   if (p.batch * p.heads_kv * ((p.seqlen_k + k.B_c - 1) / k.B_c) > INT32_MAX) return false;
   int64_t const rows = varlen ? p.total_q / std::max<int64_t>(p.batch, 1) : p.seqlen_q;
+  // Whole query tiles, as measured: tiles of a few rows (decode-like) are bound by reading K and
+  // V, which the images would read and write once more.
+  if (rows < k.B_r) return false;
   int64_t const tiles = (rows + k.B_r - 1) / k.B_r * (p.heads_q / p.heads_kv);
   return tiles >= images_min_tiles(k, p);
 }
@@ -85,7 +88,7 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
       }
       if (!images_pay(k, p)) {
         return "this FP8 tile copies V transposed ahead of the run, which pays for dense and "
-               "varlen problems (head_dim_v a multiple of 16) from " +
+               "varlen problems (head_dim_v a multiple of 16, whole query tiles) from " +
                std::to_string(images_min_tiles(k, p)) + " query tiles of " +
                std::to_string(k.B_r) + " rows per key block of this problem's mask";
       }
@@ -174,8 +177,9 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   if (k.dtype == DType::kE4M3 && s.num_splits == 1 && images_pay(k, p)) {
     s.v_image_bytes = size_t(v_image_count(k, p) * e4m3_v_image_bytes(k));
     s.workspace_bytes = s.v_image_bytes;
-    s.images_required = e4m3_images_only(k);
   }
+  // (A copying tile's run without images fails in launch.cpp, should cannot_run ever be passed.)
+  s.images_required = e4m3_images_only(k);
   return s;
 }
 
@@ -193,7 +197,10 @@ int64_t smem(KernelConfig const& k, Problem const& p) {
                                                               : k.smem_bytes();
 }
 
+// A tile that copies V's images runs unsplit (its images are an unsplit run's).
+bool splits_keys(KernelConfig const& k) { return !e4m3_images_only(k); }
+
 KernelFamily const kFamily{"sm90", &cannot_run, &pack_gqa, &decode_rank, &paged_rank, &schedule,
-                           &params, &smem};
+                           &params, &smem, &splits_keys};
 
 }  // namespace fa::cuda::sm90

@@ -32,7 +32,8 @@ namespace fa::cuda::sm90 {
 // An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in both instantiations (its
 // descales are read in either: sm90/family.cpp's schedule): the producer transposes V
 // (mainloop_load.cuh's load_transpose_v) or, on a dense or varlen problem given the workspace,
-// copies the images of its stages that v_images.cuh wrote before the run (load_fp8_images), P
+// copies the images of its stages that v_images.cuh wrote before the run (load_fp8_images; a
+// tile of T::kImagesOnly does nothing else, on 24 registers: config.hpp's e4m3_images_only), P
 // is rounded to e4m3 (mainloop_mma.cuh), q_descale * k_descale is folded into the scores' scale
 // as an e4m3 cache's k_descale is, and v_descale into O, written in bf16 or fp16
 // (ForwardParams::o_bf16), staged for TMA where it fits.

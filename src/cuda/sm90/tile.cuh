@@ -107,17 +107,18 @@ struct Tile {
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200).
   // An FP8 tile's V as TMA loads it, before the producer transposes it: kVRawSlots slots (two
-  // where they fit) of kBc rows x kD bytes after O's buffer, then, after the pipeline's barriers,
-  // their "full" and "empty" barriers (Smem's v8_tiles, v8_full, v8_empty).
+  // where they fit; none in a tile that copies V's images) of kBc rows x kD bytes after O's
+  // buffer, then, after the pipeline's barriers, their "full" and "empty" barriers (Smem's
+  // v8_tiles, v8_full, v8_empty).
   static constexpr int kVRawBytes = kBc * kD;
   // An FP8 tile whose consumers' S, P and O take more than 176 registers (config.hpp's
-  // e4m3_images_only: d 128 with 192 or 224 keys, d 256 with 128) copies V's images only: no raw
+  // e4m3_images_only: d 128 with 192 keys, d 256 with 128) copies V's images only: no raw
   // slots, and its producer keeps 24 registers.
   static constexpr int kPRegs = kFp8 ? kBc / 8 : kBc / 4;  // P's (packed pairs, or 4 e4m3 bytes)
   static constexpr bool kImagesOnly = kFp8 && kBc / 2 + kPRegs + kDv / 2 > 176;
   static constexpr int kRawSlotBytes = kImagesOnly ? 0 : 2 * (kVRawBytes + 16);
   // An FP8 tile at d 128 stages its 16-bit O (kBr rows x kDv x 2 bytes, twice its Q rows' bytes)
-  // where it fits beside two raw V slots: its threads' own 4-byte stores used 16 of each 32-byte
+  // where it fits beside its raw V slots (two, or none): its threads' own 4-byte stores used 16 of each 32-byte
   // sector (ncu, d 128, 8k). At d 256 staging spilled 52-120 bytes (ptxas).
   static constexpr int kOBytes =
       kFp8 ? (kD == 128 && kPipeBytes + kBr * kDv * 2 + kRawSlotBytes <= 227 * 1024

@@ -404,16 +404,42 @@ TEST_SUITE("family") {
     Problem cache = p;
     cache.layout = Layout::kKvCache;
     CHECK(!f.cannot_run(copying, cache).empty());
+    // Query tiles of fewer rows than a tile (decode-like): bound by reading K and V.
+    Problem short_rows = p;
+    short_rows.seqlen_q = 64;
+    short_rows.heads_kv = 2;  // 8 query heads per K/V head: 8 tiles per block, of 64 rows
+    CHECK(f.cannot_run(copying, short_rows).find("whole query tiles") != std::string::npos);
     // The choice: the copying tile (the larger) where it runs, else the transposing one.
     Device both = test::device_with(&entry, 1);
     both.kernels = {&other, &entry};
     KernelEntry const* chosen = nullptr;
     REQUIRE(choose_kernel(both, p, &chosen) == FA_STATUS_SUCCESS);
     CHECK(chosen == &entry);
-    for (Problem const& q : {bare, causal, cache, few}) {
+    for (Problem const& q : {bare, causal, cache, few, short_rows}) {
       REQUIRE(choose_kernel(both, q, &chosen) == FA_STATUS_SUCCESS);
       CHECK(chosen == &other);
     }
+    // A grid that leaves SMs idle: the copying tile runs unsplit, the transposing one splits.
+    // One sequence of 128 query rows, 32 query heads over 2 K/V heads (16 tiles per V block),
+    // 32k keys: 32 blocks on 132 SMs.
+    Problem narrow_grid = test::dense_problem(1, 128, 32768, 32, 2, 256);
+    narrow_grid.dtype = narrow_grid.kv_dtype = DType::kE4M3;
+    CHECK(f.cannot_run(copying, narrow_grid).empty());
+    std::string const idle = cannot_run(both, copying, narrow_grid);
+    CHECK_MESSAGE(idle.find("runs unsplit, and its 32 blocks would leave SMs") != std::string::npos,
+                  idle);
+    CHECK(f.schedule(both, other, narrow_grid, true).num_splits > 1);
+    REQUIRE(choose_kernel(both, narrow_grid, &chosen) == FA_STATUS_SUCCESS);
+    CHECK(chosen == &other);
+    // Tuning builds hold a tile in several knobs: among equal tiles e4m3 queries take the FP8
+    // sweep's (persistent, two stages, no ping-pong), whatever the registry's order.
+    KernelConfig plain = copying;
+    plain.persistent = false;
+    KernelEntry plain_entry{plain, nullptr, nullptr, nullptr, nullptr};
+    Device tuning = test::device_with(&entry, 1);
+    tuning.kernels = {&other, &plain_entry, &entry};
+    REQUIRE(choose_kernel(tuning, p, &chosen) == FA_STATUS_SUCCESS);
+    CHECK(chosen == &entry);
   }
 }
 
