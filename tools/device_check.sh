@@ -4,7 +4,7 @@
 #   FA_DEVICE_STEPS="build gpu_tests decode" bash tools/device_check.sh   # a subset
 # Steps: build ctest gpu_tests sm90_gpu_tests gpu_features sm90_paged serving_tests
 #        head_dims head_dims_memcheck head_dims_racecheck head_dims_synccheck head_dims_bench
-#        fp8_tests fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench
+#        fp8_tests fp8_memcheck fp8_racecheck fp8_synccheck fp8_bench fp8_tiles fp8_ncu
 #        context_parallel example
 #        memcheck racecheck
 #        sm90_memcheck sm90_racecheck sm90_synccheck sm90_paged_memcheck sm90_paged_racecheck
@@ -15,6 +15,8 @@
 # (gpu_features, sm90_paged, serving_tests and context_parallel, the simulated ring of
 # examples/context_parallel, are parts of gpu_tests, for calls that need only them; memcheck
 # runs them all.)
+# fp8_tiles (every FP8 kernel pinned on the FA-paper grid) and fp8_ncu (ncu of the FP8 forward
+# and image kernels) run by name only.
 # ring_example and ring_py (asked for by name only) run examples/context_parallel/ring_attention.cpp
 # and .py as one rank (WORLD_SIZE=1: NCCL set up, no transfer; their check against single-GPU
 # attention); ring_nccl and ring_nccl_py (by name only) run them over every GPU of the machine,
@@ -129,6 +131,21 @@ done
 step fp8_bench bash -c 'for t in e4m3 bf16; do "$0" --dtype $t --head-dims 128,256 --csv \
   --window-ms "$2" > "$1/fp8-prefill-$t.csv" || exit 1; done' "$build/bench/flashattn_bench" "$out" \
   "${FA_FP8_WINDOW_MS:-100}"
+# Every FP8 kernel of the build pinned on the same grid (the copying tiles where the images pay;
+# the others' points printed as skipped), for tile experiments and FA_KERNEL_SET=sm90 sweeps.
+step fp8_tiles sh -c "'$build/bench/flashattn_bench' --dtype e4m3 --head-dims 128,256 --all-kernels \
+  --csv --window-ms ${FA_FP8_WINDOW_MS:-60} > '$out/fp8-tiles.csv'"
+# ncu of the chosen FP8 forward (non-causal, 2k and 8k keys) and of the image kernel at 2k, one
+# CSV each (the clocks ncu locks: compare within the step, not with the bench's figures).
+step fp8_ncu bash -c 'rc=0; for d in 128 256; do for s in 2048 8192; do
+  ncu --kernel-name regex:forward_kernel --launch-skip 4 --launch-count 1 --section SpeedOfLight \
+    --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis --csv --page details "$0" --dtype e4m3 --head-dims $d \
+    --seqlens $s --causal 0 --iters 1 --window-ms 1 > "$1/ncu-fp8-d$d-$s.csv" || rc=1; done
+  ncu --kernel-name regex:v_images --launch-skip 4 --launch-count 1 --section SpeedOfLight \
+    --csv --page details "$0" --dtype e4m3 --head-dims $d --seqlens 2048 --causal 0 --iters 1 \
+    --window-ms 1 > "$1/ncu-fp8-images-d$d-2048.csv" || rc=1; done; exit $rc' \
+  "$build/bench/flashattn_bench" "$out"
 step context_parallel "$build/tests/flashattn_gpu_tests" --source-file="*test_gpu_context_parallel*"
 step example "$build/examples/flashattn_example"
 step ring_example env WORLD_SIZE=1 RANK=0 "$build/examples/flashattn_ring_attention" \
