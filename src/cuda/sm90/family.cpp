@@ -149,6 +149,9 @@ int paged_rank(KernelConfig const& k, Problem const& p) {
   return box < 32 ? 1 : box < 64 ? 2 : 3;
 }
 
+// A tile that copies V's images runs unsplit (its images are an unsplit run's).
+bool splits_keys(KernelConfig const& k) { return !e4m3_images_only(k); }
+
 Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const& p,
                   bool allow_split) {
   KernelConfig const& k = kernel.config;
@@ -156,8 +159,7 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   int64_t const base = unsplit_blocks(k.B_r, p, false);
   // One block fits per SM (the tile's shared memory and 384-512 threads).
   int64_t const sms = std::max(device.sm_count, 1);
-  // (A tile that copies V's images runs unsplit: cannot_run.)
-  s.num_splits = choose_splits(p, base, sms, sms, k.B_c, allow_split && !e4m3_images_only(k));
+  s.num_splits = choose_splits(p, base, sms, sms, k.B_c, allow_split && splits_keys(k));
   s.blocks = base * s.num_splits;
   // A persistent kernel launches one block per SM, each walking tiles.
   if (k.persistent) s.blocks = std::min<int64_t>(s.blocks, sms);
@@ -196,9 +198,6 @@ int64_t smem(KernelConfig const& k, Problem const& p) {
   return p.kv_dtype == DType::kE4M3 && rules::fp8_kv_tile(k) ? e4m3_smem_bytes(k)
                                                               : k.smem_bytes();
 }
-
-// A tile that copies V's images runs unsplit (its images are an unsplit run's).
-bool splits_keys(KernelConfig const& k) { return !e4m3_images_only(k); }
 
 KernelFamily const kFamily{"sm90", &cannot_run, &pack_gqa, &decode_rank, &paged_rank, &schedule,
                            &params, &smem, &splits_keys};
