@@ -175,9 +175,10 @@ typedef enum fa_dtype {
    *  multiplied by the descale factors of fa_run_args (q_descale, k_descale, v_descale).
    *  CPU contexts run it. GPU contexts run e4m3 K/V caches with 16-bit queries (kv_dtype
    *  FA_DTYPE_E4M3, dtype FA_DTYPE_FP16 or FA_DTYPE_BF16) on the mma.sync family's decode
-   *  tiles (one kernel per head dim) and, on sm_90 at head dims up to 128, on one sm90
-   *  kernel per head dim (chunked prefill and other problems that are not decode-like;
-   *  pages whose TMA boxes would not be a multiple of 8 rows go to the mma.sync tiles),
+   *  tiles (one kernel per head dim) and, on sm_90, on one sm90 kernel per head dim at d 64,
+   *  128 and (since 0.4.0) 256 (chunked prefill and other problems that are not
+   *  decode-like; pages whose TMA boxes would not be a multiple of 8 rows go to the mma.sync
+   *  tiles),
    *  every layout, mask, bias and split count, when k's and
    *  v's strides are multiples of 16 elements (16-byte rows) and the tile's shared memory fits
    *  the device (d 128-256: 104-128 KiB, above sm_86/89/120's 99 KiB); otherwise

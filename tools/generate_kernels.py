@@ -287,11 +287,15 @@ def sm90_configs(dtype, d_head):
 
 def fp8_kv_configs(dtype, d_head):
     """The sm90 tile that reads e4m3 K/V caches (rules::fp8_kv_tile, src/cuda/sm90/config.hpp:
-    128 x 128, two stages, overlap, persistent, d 64 and 128), built whatever the choice table
-    names: against an e4m3 cache the choice skips the table's fallback rows and runs the largest
-    runnable tile, which on Hopper must be this one (0.63-0.94x the 16-bit cache's speed, where
-    the mma.sync e4m3 decode tile ran chunked prefill at 0.34-0.37x). A table re-derived from a
-    16-bit sweep need not name it (at d 64 the one of 2026-11-25 does not)."""
+    two stages, overlap; 128 x 128 persistent at d 64 and 128, 128 x 64 one tile per block at
+    d 256), built whatever the choice table names: against an e4m3 cache the choice skips the
+    table's fallback rows and runs the largest runnable tile, which on Hopper must be this one
+    (0.63-0.94x the 16-bit cache's speed, where the mma.sync e4m3 decode tile ran chunked
+    prefill at 0.34-0.37x; at d 256 that tile took 5.0-5.2x the 16-bit cache's time). A table
+    re-derived from a 16-bit sweep need not name it (at d 64 the one of 2026-11-25 does not; at
+    d 256 the table's causal pick up to 4k is this tile)."""
+    if d_head == 256:
+        return [dataclasses.replace(sm90_configs(dtype, d_head)[0], overlap=True)]
     if d_head > 128:
         return []
     return [dataclasses.replace(sm90_configs(dtype, d_head)[0], overlap=True, persistent=True)]

@@ -1013,7 +1013,7 @@ FeatureCase e4m3_prefill(int dtype, int dim, int64_t keys, int64_t page) {
 
 }  // namespace
 
-TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the sm90 family") {
+TEST_CASE("on Hopper an e4m3 chunked prefill at head dims 64, 128 and 256 runs on the sm90 family") {
   // The table's picks for chunked prefill refuse e4m3 caches (not fp8_kv_tile kernels); its
   // fallback rows name mma.sync tiles, which the choice skips for them, so the largest runnable
   // tile, the sm90 e4m3 one, takes the problem (choice.cpp).
@@ -1021,7 +1021,7 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
   int major = 0;
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   int checked = 0;
-  bool built_small = false;
+  bool built_any = false;
   for (auto [dtype, dim] : e4m3_shapes()) {
     // Built: an sm90 kernel of this shape that reads e4m3 caches (rules::fp8_kv_tile's; a plan
     // pinned to it is made for one of these problems), not just any sm90 kernel of it.
@@ -1036,8 +1036,9 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
         return true;
       });
     }
-    built_small |= built && dim <= 128;
-    if (!built || dim > 128) continue;
+    // d 192 reads e4m3 caches on the mma.sync family (config.hpp's fp8_kv_tile says why).
+    built_any |= built && dim != 192;
+    if (!built || dim == 192) continue;
     for (int64_t keys : {512, 1024, 2048, 16384}) {
       for (int64_t page : {0, 16}) {
         fa_kernel_config const k = planned_kernel(gpu, e4m3_prefill(dtype, dim, keys, page), 5);
@@ -1048,10 +1049,11 @@ TEST_CASE("on Hopper an e4m3 chunked prefill at head dims up to 128 runs on the 
       }
     }
   }
-  // A build without sm90 kernels of d 128 or less (FA_HEAD_DIMS=192, say) has nothing to check.
-  if (major == 9 && built_small) CHECK(checked > 0);
+  // A build without sm90 kernels of d 64, 128 or 256 (FA_HEAD_DIMS=192, say) has nothing to check.
+  if (major == 9 && built_any) CHECK(checked > 0);
   MESSAGE(checked << " e4m3 chunked prefills checked for the sm90 family"
-                  << (built_small ? "" : " (skipped: no sm90 kernel of d 128 or less built)"));
+                  << std::string(built_any ? ""
+                                           : " (skipped: no sm90 kernel of d 64, 128 or 256 built)"));
 }
 
 TEST_CASE("malformed index tensors on the GPU stay in bounds") {

@@ -176,14 +176,19 @@ constexpr bool e4m3_ok(KernelConfig const& c) {
 constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmemBytesAnyArch; }
 
 // The kernels that also read e4m3 (FP8) K/V caches with 16-bit queries: the two-stage,
-// overlapped, persistent tile of two consumer warpgroups with 128 keys per block at d 64 and
-// 128 (the causal pick from 4k to 8k keys at both, chunked prefill's usual shape). At d 192
-// and 256 two K/V stages leave no room for e4m3 stages; those caches run on the mma.sync
-// family. A fourth instantiation costs compile time, so not every kernel gets one.
+// overlapped tiles of two consumer warpgroups without ping-pong, at d 64 and 128 the persistent
+// one with 128 keys per block (the causal pick from 4k to 8k keys at both, chunked prefill's
+// usual shape), at d 256 the one with 64 and one tile per block (the default build's, its causal
+// pick up to 4k: the e4m3 stages fit one per tensor, 230,512 bytes; the persistent one, in
+// tuning builds only, has not run on e4m3 caches). At d 192 the tiles' 112 keys leave no room for
+// e4m3 stages, and a row's 24 units of 8 bytes do not split evenly over the producer's 128
+// threads (mainloop_load.cuh's load_convert_e4m3): those caches run on the mma.sync family. A
+// fourth instantiation costs compile time, so not every kernel gets one.
 constexpr bool fp8_kv_tile(KernelConfig const& c) {
-  return c.dtype != DType::kE4M3 && c.n_warps == 12 && c.B_c == 128 && c.d_head <= 128 &&
-         c.stages == 2 && c.overlap && !c.pingpong && c.persistent &&
-         e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
+  bool const tile = c.d_head <= 128 ? c.B_c == 128 && c.persistent
+                                     : c.d_head == 256 && c.B_c == 64 && !c.persistent;
+  return c.dtype != DType::kE4M3 && c.n_warps == 12 && tile && c.stages == 2 && c.overlap &&
+         !c.pingpong && e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
 }
 
 // The family's knobs at their defaults, as in a config of another family.

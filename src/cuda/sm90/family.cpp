@@ -97,7 +97,8 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
     // The e4m3 instantiation (tile.cuh's e4m3 stages, converted by the producer warpgroup).
     if (!rules::fp8_kv_tile(k)) {
       return "fa_config.kv_dtype = 4 (FA_DTYPE_E4M3): the sm90 family reads e4m3 caches with "
-             "its two-stage, overlapped, persistent 128 x 128 tiles at d 64 and 128 only";
+             "its two-stage, overlapped tiles without ping-pong, 128 x 128 persistent at d 64 and "
+             "128 and 128 x 64 with one tile per block at d 256, only";
     }
     // TMA boxes of whole pages' rows; a page size whose boxes the producer would gather
     // (gcd(B_c, page_size) not a multiple of 8) runs on the mma.sync family.

@@ -62,12 +62,19 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       kE4M3 || params.kv_gather || (T::kFp8 && !T::kImagesOnly && params.p.v_images == nullptr);
   if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3);
   __syncthreads();
+  // The producer converts an e4m3 cache as well as loading: at 24 registers ptxas spilled
+  // 120-184 bytes in the conversion, at 40 56 / 48. So the e4m3 instantiation splits 40 / 232
+  // where the tile's own split is 24 / 240 (d 256: its consumers' 128 floats of O spilled at 232
+  // in the 16-bit tiles, 0.994x; here the conversion is the cost that matters).
+  static_assert(!kE4M3 || T::kConsumers == 2, "e4m3: two consumer warpgroups");
+  constexpr int kProducerRegs = kE4M3 ? 40 : T::kProducerRegs;
+  constexpr int kConsumerRegs = kE4M3 ? 232 : T::kConsumerRegs;
 
   if (tid < 128) {
     // Producer warpgroup: one warp issues the TMA copies (all four a paged cache's boxes), the
     // whole warpgroup gathers a paged cache's rows, or converts an e4m3 cache's
     // (mainloop_load.cuh).
-    regs_dealloc<T::kProducerRegs>();
+    regs_dealloc<kProducerRegs>();
     if constexpr (T::kImagesOnly) {
       // (Its launches always bring the images: the plan falls back to another tile without.)
       if (tid < 32) load_fp8_images<T>(params, sm, sched, tid == 0);
@@ -78,9 +85,6 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
         load_fp8_images<T>(params, sm, sched, tid == 0);
       }
     } else if constexpr (kE4M3) {
-      // The producer converts as well as loads: at 24 registers ptxas spilled 120-184 bytes in
-      // the conversion, at 40 (every tile that reads e4m3 has them: tile.cuh) 56 / 48.
-      static_assert(T::kWideProducer, "e4m3: the converting producer's 40 registers");
       load_convert_e4m3<T>(params, sm, sched, tid);
     } else {
       load_tiles<T, kBounded>(params, sm, sched, tid);
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     return;
   }
 
-  regs_alloc<T::kConsumerRegs>();
+  regs_alloc<kConsumerRegs>();
   // The consumer warpgroup; where the descriptors are stepped (mainloop_mma.cuh's
   // kStepDescriptors: d <= 128, 16-bit d 192 and 256) through a shuffle, so the compiler knows
   // it is warp-uniform and builds the Q tile's stepped wgmma descriptors in uniform registers (no

@@ -323,15 +323,43 @@ __device__ __forceinline__ void box_of(Params const& params, Work const& w, int 
   }
 }
 
+// box_of with the table entry kept as loaded (`entry`; `reads` whether the box reads a page),
+// for a producer that computes between its look-up and its copy: box_page clamps it where the
+// copy uses it. The clamp next to the load makes the warp wait for the block table right
+// there: the e4m3 converters' warp 0 then started each block's conversion an L2 round trip
+// late (chunked prefill on pages of 16 ran 0.76x its contiguous speed at d 128, H200).
+template <class T>
+__device__ __forceinline__ void box_entry_of(Params const& params, Work const& w, int n, int slot,
+                                             int box, int& entry, int& row, bool& reads) {
+  ForwardParams const& p = params.p;
+  int const key = n * T::kBc + slot * box;
+  reads = slot * box < T::kBc && key < w.seq.sk;
+  entry = 0;
+  row = 0;
+  if (reads) {
+    uint32_t index, in_page;
+    params.page_div.divmod(uint32_t(key), index, in_page);
+    entry = p.block_table[int64_t(w.batch) * p.max_pages_per_seq + index];
+    row = int(in_page);
+  }
+}
+__device__ __forceinline__ int box_page(ForwardParams const& p, int entry, bool reads) {
+  return reads ? min(max(entry, 0), p.num_pages - 1) : p.num_pages;
+}
+
 // An e4m3 cache (the kernel's kE4M3 instantiation), run by the producer warpgroup's 128 threads
 // instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
-// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows), one block ahead of
-// the conversion; all 128 threads turn each block into the 16-bit stage the consumers read, in
-// their order (K(it), then V(it)), exactly, as fp16 for either query type (ptx::e4m3x4_to's one
-// instruction per pair; the consumers' products run in fp16), fence the async proxy (wgmma reads
-// the stage) and arrive on its "full" barrier and on the e4m3 stage's "empty" one (128 arrivals
-// each). Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at d 128 (16
-// at d 64), so its 128-byte-swizzled place (unit ^ row % 8) is the same every pass and its
+// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows); all 128 threads
+// turn each block into the 16-bit stage the consumers read, in their order (K(it), then V(it)),
+// exactly, as fp16 for either query type (ptx::e4m3x4_to's one instruction per pair; the
+// consumers' products run in fp16), fence the async proxy (wgmma reads the stage) and arrive on
+// its "full" barrier and on the e4m3 stage's "empty" one (128 arrivals each). With two e4m3
+// stages per tensor (d 64 and 128) the next block loads while this one converts; with one (d
+// 256, tile.cuh) each tensor's next block is issued as soon as this block's bytes of it are
+// converted, its load then under the other tensor's conversion and the consumers' lead of one
+// 16-bit stage. Thread t converts 8 bytes of one column unit per pass, passes 8 rows apart at d
+// 128 (16 at d 64, 4 at d 256), so its 128-byte-swizzled place (unit ^ row % 8) is the same
+// every pass (at d 256 every other pass, the row's bit 2 flipping the chunk's) and its
 // addresses are constants from two bases. Columns past head_dim arrive from TMA as zero bytes,
 // rows past the keys are zeroed here (convert). Measured on the H200 (chunked prefill 4 x 512
 // against 16k, bf16 queries, docs/performance.md): three warps converting while warp 0 only issued
@@ -343,15 +371,25 @@ template <class T>
 __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> const& sm,
                                                   TileScheduler<T> const& sched, int ptid) {
   constexpr int kRowUnits = T::kD / 8;           // 8-byte units of a row: 16 at d 128
-  constexpr int kPassRows = 128 / kRowUnits;     // rows per pass: 8 at d 128, 16 at d 64
+  constexpr int kPassRows = 128 / kRowUnits;     // rows per pass: 8 at d 128, 16 at d 64, 4 at 256
   constexpr int kPasses = T::kBc / kPassRows;
-  static_assert(kPassRows % 8 == 0 && T::kBc % kPassRows == 0, "e4m3: whole passes");
-  // Block it + 1 loads into the e4m3 stages block it - 1 freed: two of them.
-  static_assert(T::kE4M3Slots == 2, "e4m3: a block converting while the next one loads");
+  static_assert(128 % kRowUnits == 0 && (kPassRows % 8 == 0 || kPassRows == 4) &&
+                    T::kBc % kPassRows == 0,
+                "e4m3: whole passes, each keeping its row's swizzle or flipping its bit 2");
+  // One e4m3 stage per tensor (d 256) or two: block it + 1 loads into the stages block it - 1
+  // freed.
+  constexpr bool kOneSlot = T::kE4M3Slots == 1;
+  static_assert(T::kE4M3Slots == 1 || T::kE4M3Slots == 2, "e4m3: one or two stages per tensor");
   static_assert(T::kDv == T::kD, "e4m3: V converted in K's row layout");
   ForwardParams const& p = params.p;
   int const lane = ptid % 32;
-  bool const leader = ptid == 0, loader = ptid < 32;
+  bool const paged = p.layout == kLayoutPagedKv;
+  // Warp 0 issues a contiguous block's one box per tensor; a paged block's boxes (8 per tensor
+  // at B_c 128 on pages of 16) are spread over the four warps, box lane * 4 + warp, since every
+  // warp also converts a quarter of each block: issued and looked up by warp 0 alone, its
+  // conversion started last and every block's "full" arrival waited for it.
+  bool const leader = ptid == 0, loader = paged || ptid < 32;
+  int const slot = lane * 4 + ptid / 32;
   int const unit = ptid % kRowUnits, row0 = ptid / kRowUnits;
   uint32_t const src_off = uint32_t(row0 * T::kD + unit * 8);
   uint32_t const dst_off = uint32_t(unit / 8) * T::kBc * 128 + uint32_t(row0) * 128 +
@@ -385,9 +423,12 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       for (int b = 0; b < kBatch; ++b) {
         uint2 const lo = ptx::e4m3x4_to<__half>(word[2 * b]);
         uint2 const hi = ptx::e4m3x4_to<__half>(word[2 * b + 1]);
+        // Passes of 4 rows: the odd ones' rows have bit 2 set, which the swizzle XORs into the
+        // chunk index (bit 6 of the address: the 1024-byte-aligned stage's rows are 128 bytes).
+        uint32_t const flip = kPassRows % 8 == 0 ? 0u : uint32_t((i + b) & 1) << 6;
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-                     ::"r"(to + uint32_t((i + b) * kPassRows * 128)), "r"(lo.x), "r"(lo.y),
-                     "r"(hi.x), "r"(hi.y)
+                     ::"r"((to + uint32_t((i + b) * kPassRows * 128)) ^ flip), "r"(lo.x),
+                     "r"(lo.y), "r"(hi.x), "r"(hi.y)
                      : "memory");
       }
     }
@@ -400,46 +441,53 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
     }
   };
   if (leader) prefetch_maps(params);
-  bool const paged = p.layout == kLayoutPagedKv;
   int const box = params.kv_box_rows;
   int64_t pipe = 0;
   for_each_tile<T>(params, sm, sched, loader, leader, [&](Work const& w, int kv_head) {
-    // This lane's box of a paged key block (box_of), looked up a block ahead of its copy.
-    int page = 0, row = 0;
+    // This thread's box of a paged key block (box_entry_of), looked up before its copies.
+    int entry = 0, row = 0;
+    bool reads = false;
     auto look_up = [&](int it) {
-      box_of<T>(params, w, w.n_begin + w.n_blocks - 1 - it, lane, box, page, row);
+      box_entry_of<T>(params, w, w.n_begin + w.n_blocks - 1 - it, slot, box, entry, row, reads);
     };
-    // Block `it` of the tile (pipeline block pipe + it) into its e4m3 stages, by warp 0.
-    auto load = [&](int it) {
+    // Block `it` of the tile (pipeline block pipe + it) of K (kv 0) or V (1) into its e4m3
+    // stage, by the loaders; thread 0 arms the stage for all its boxes' bytes (a box's bytes
+    // may land first: the phase waits for that arrival too).
+    auto load = [&](int it, int kv) {
       int64_t const at = pipe + it;
       int const j = int(at % T::kE4M3Slots);
       uint32_t const phase = (at / T::kE4M3Slots) & 1;
       int const n = w.n_begin + w.n_blocks - 1 - it;
-      for (int kv = 0; kv < 2; ++kv) {
-        uint64_t* const full = kv == 0 ? &sm.k8_full[j] : &sm.v8_full[j];
-        mbar_wait(kv == 0 ? &sm.k8_empty[j] : &sm.v8_empty[j], phase ^ 1);
-        if (leader) mbar_arrive_expect_tx(full, T::kE4M3Bytes);
-        uint8_t* const dst = (kv == 0 ? sm.k8_tiles : sm.v8_tiles) + j * T::kE4M3Bytes;
-        CUtensorMap const* map = kv == 0 ? &params.k_map : &params.v_map;
-        if (paged) {
-          if (lane * box < T::kBc) {
-            tma_load_4d(dst + lane * box * T::kD, map, full, 0, row, kv_head, page);
-          }
-        } else if (leader) {
-          tma_load_4d(dst, map, full, 0, int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
+      uint64_t* const full = kv == 0 ? &sm.k8_full[j] : &sm.v8_full[j];
+      mbar_wait(kv == 0 ? &sm.k8_empty[j] : &sm.v8_empty[j], phase ^ 1);
+      if (leader) mbar_arrive_expect_tx(full, T::kE4M3Bytes);
+      uint8_t* const dst = (kv == 0 ? sm.k8_tiles : sm.v8_tiles) + j * T::kE4M3Bytes;
+      CUtensorMap const* map = kv == 0 ? &params.k_map : &params.v_map;
+      if (paged) {
+        if (slot * box < T::kBc) {
+          tma_load_4d(dst + slot * box * T::kD, map, full, 0, row, kv_head,
+                      box_page(p, entry, reads));
         }
+      } else if (leader) {
+        tma_load_4d(dst, map, full, 0, int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
       }
     };
     if (loader) {
       if (paged) look_up(0);
-      load(0);
-      if (paged && w.n_blocks > 1) look_up(1);
+      load(0, 0);
+      load(0, 1);
+      if (!kOneSlot && paged && w.n_blocks > 1) look_up(1);
     }
     for (int it = 0; it < w.n_blocks; ++it) {
-      // The next block's bytes load while this one converts (its e4m3 stages free once every
-      // thread has converted the block before this one).
-      if (loader && it + 1 < w.n_blocks) {
-        load(it + 1);
+      bool const next = loader && it + 1 < w.n_blocks;
+      if constexpr (kOneSlot) {
+        // Block it's boxes are all issued: the next block's are looked up under its conversion.
+        if (next && paged) look_up(it + 1);
+      } else if (next) {
+        // The next block's bytes load while this one converts (its e4m3 stages free once every
+        // thread has converted the block before this one).
+        load(it + 1, 0);
+        load(it + 1, 1);
         if (paged && it + 2 < w.n_blocks) look_up(it + 2);
       }
       int64_t const at = pipe + it;
@@ -452,12 +500,14 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       fence_proxy_async_shared();
       mbar_arrive(&sm.k_full[s]);
       mbar_arrive(&sm.k8_empty[j]);
+      if (kOneSlot && next) load(it + 1, 0);
       mbar_wait(&sm.v8_full[j], phase8);
       mbar_wait(&sm.v_empty[s], phase ^ 1);
       convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kVBytes, keys);
       fence_proxy_async_shared();
       mbar_arrive(&sm.v_full[s]);
       mbar_arrive(&sm.v8_empty[j]);
+      if (kOneSlot && next) load(it + 1, 1);
     }
     pipe += w.n_blocks;
   });

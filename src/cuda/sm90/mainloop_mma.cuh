@@ -103,7 +103,8 @@ struct Slot {
 // d <= 128, and at d 192 and 256 in 16-bit tiles whose products are their own type, where
 // kernel.cuh then takes the warpgroup through a shuffle too (so Q's are uniform). Past d 128 the
 // FP8 tile (e4m3 products, d 256) compiles the same way but has not run so: it keeps per-step
-// descriptors. (Tiles reading an e4m3 cache exist at d <= 128 only: rules::fp8_kv_tile.)
+// descriptors. (A d 256 tile reading an e4m3 cache runs fp16 products: stepped for fp16 queries,
+// per step for bf16 ones.)
 template <class T, DType kMma>
 inline constexpr bool kStepDescriptors =
     T::kD <= 128 || (kMma == T::kType && kMma != DType::kE4M3);

@@ -141,7 +141,8 @@ struct Tile {
   // stages kE4M3Slots e4m3 stages of K, then of V (kE4M3Bytes each: B_c rows of kD bytes, as
   // TMA writes them unswizzled), then the pipeline's barriers and the e4m3 stages' "full" and
   // "empty" ones. Two slots where they fit (d 64 and 128 at B_c 128), so TMA fills one while
-  // the producer converts the other.
+  // the producer converts the other; one at d 256 (B_c 64: 230,512 bytes), refilled as soon as
+  // it is converted (mainloop_load.cuh).
   static constexpr int kE4M3Bytes = kBc * kD;
   static constexpr int kE4M3Slots = kPipeBytes + 2 * (2 * kE4M3Bytes + 32) <= 227 * 1024 ? 2 : 1;
   static constexpr int kE4M3SmemBytes = kPipeBytes + kE4M3Slots * (2 * kE4M3Bytes + 32);

@@ -200,7 +200,7 @@ TEST_SUITE("family") {
     }
   }
 
-  TEST_CASE("sm90: e4m3 caches run on the fp8 tiles at d 64 and 128 in TMA boxes") {
+  TEST_CASE("sm90: e4m3 caches run on the fp8 tiles at d 64, 128 and 256 in TMA boxes") {
     KernelFamily const& f = sm90::kFamily;
     KernelConfig const tile = test::sm90_kernel(128, true);  // stages 2, overlap, persistent
     REQUIRE(sm90::rules::fp8_kv_tile(tile));
@@ -213,9 +213,19 @@ TEST_SUITE("family") {
     KernelConfig three = tile;
     three.stages = 3;
     CHECK_FALSE(sm90::rules::fp8_kv_tile(three));
-    // d 256 (B_c 64): two 16-bit stages leave no room for e4m3 ones.
-    KernelConfig wide = test::sm90_kernel(64, true, 256);
-    CHECK_FALSE(sm90::rules::fp8_kv_tile(wide));
+    // d 256 with 64 keys, one tile per block: one e4m3 stage per tensor beside two 16-bit ones
+    // (the Q tile 64 KiB, the stages 128 KiB, the e4m3 ones 2 x 16 KiB and their barriers).
+    KernelConfig const wide = test::sm90_kernel(64, false, 256);
+    CHECK(sm90::rules::fp8_kv_tile(wide));
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(64, true, 256)));  // persistent
+    CHECK(sm90::e4m3_slots(wide) == 1);
+    CHECK(sm90::e4m3_smem_bytes(wide) == 1024 + 65536 + 131072 + 80 + (2 * 16384 + 32));
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(80, false, 256)));  // 80 keys
+    CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(112, false, 192)));  // d 192
+    Problem wide_p = test::dense_problem(2, 1000, 1000, 16, 4, 256);
+    wide_p.kv_dtype = DType::kE4M3;
+    CHECK(f.cannot_run(wide, wide_p).empty());
+    CHECK(f.smem_bytes(wide, wide_p) == sm90::e4m3_smem_bytes(wide));
 
     Problem p = test::dense_problem(2, 1000, 1000, 16, 4);
     p.kv_dtype = DType::kE4M3;
