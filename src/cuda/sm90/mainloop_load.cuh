@@ -6,7 +6,8 @@
 //   - a paged cache with large pages: maps over its page pool ({head_dim, page_size, heads_kv,
 //     num_pages}) in boxes of Params::kv_box_rows = gcd(B_c, page_size) rows, so every box of a
 //     key block lies within one page, copied from the page the block table names (box i by
-//     lane i / 4 of warp i % 4 in load_tiles, by lane i of warp 0 in the e4m3 producers; a box
+//     lane i / 4 of warp i % 4 in load_tiles and in the e4m3-cache converters, by lane i of
+//     warp 0 in the FP8 tiles' producers; a box
 //     of a multiple of 8 rows lands on a 1024-byte boundary, where the swizzle pattern restarts);
 //   - a paged cache whose boxes would not be a multiple of 8 rows (pages of 1, 3, 4, 12, ...;
 //     config.hpp's gathers_pages, Params::kv_gather): the whole warpgroup gathers rows with
@@ -349,7 +350,8 @@ __device__ __forceinline__ int box_page(ForwardParams const& p, int entry, bool 
 
 // An e4m3 cache (the kernel's kE4M3 instantiation), run by the producer warpgroup's 128 threads
 // instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
-// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows); all 128 threads
+// stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows; a paged block's
+// boxes by all four warps, below); all 128 threads
 // turn each block into the 16-bit stage the consumers read, in their order (K(it), then V(it)),
 // exactly, as fp16 for either query type (ptx::e4m3x4_to's one instruction per pair; the
 // consumers' products run in fp16), fence the async proxy (wgmma reads the stage) and arrive on
@@ -815,7 +817,7 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // spills in 39 of the default build's 131 bf16 sm90 functions instead of 76 (1520 bytes of
 // stores instead of 3724); the producer's remaining spills are the gathered path's under 24
 // registers (d 128 with 192 keys, d 192 with V in 128 columns, d 256) and the e4m3 converters'
-// (36 bytes, unchanged).
+// at d 128 (36 bytes; none at d 64 and 256).
 template <class T, bool kBounded>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
