@@ -63,13 +63,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3);
   __syncthreads();
   // The producer converts an e4m3 cache as well as loading: at 24 registers ptxas spilled
-  // 120-184 bytes in the conversion, at 40 36 bytes at d 128 (none at d 64 and 256). So the e4m3
-  // instantiation splits 40 / 232 where the tile's own split is 24 / 240 (d 256: its consumers'
-  // 128 floats of O spilled at 232 in the 16-bit tiles, 0.994x; here the conversion is the cost
-  // that matters), its S, P (fp16) and O within 232 less 24 (d 256 with 64 keys: 176).
+  // 120-184 bytes in the conversion, at 40 36 bytes at d 128 with four passes' loads in flight;
+  // at 56 none with eight (mainloop_load.cuh), the consumers' S, P (fp16) and O within 224 less
+  // 24 (d 128: 160; d 256 with 64 keys: 176). So the e4m3 instantiation splits 56 / 224 whatever
+  // the tile's own split (40 / 232, or 24 / 240 at d 256): on an H200 0.997-1.04x 40 / 232's
+  // e4m3 / bf16 cache ratio at d 64-256 (docs/performance.md, session 61).
   static_assert(!kE4M3 || T::kConsumers == 2, "e4m3: two consumer warpgroups");
-  constexpr int kProducerRegs = kE4M3 ? 40 : T::kProducerRegs;
-  constexpr int kConsumerRegs = kE4M3 ? 232 : T::kConsumerRegs;
+  constexpr int kProducerRegs = kE4M3 ? 56 : T::kProducerRegs;
+  constexpr int kConsumerRegs = kE4M3 ? 224 : T::kConsumerRegs;
   static_assert(128 * (kProducerRegs + T::kConsumers * kConsumerRegs) <=
                     T::kThreads * (65536 / T::kThreads / 8 * 8 < 256 ? 65536 / T::kThreads / 8 * 8
                                                                       : 256),

@@ -396,10 +396,11 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
   uint32_t const src_off = uint32_t(row0 * T::kD + unit * 8);
   uint32_t const dst_off = uint32_t(unit / 8) * T::kBc * 128 + uint32_t(row0) * 128 +
                            ((uint32_t(unit % 8) ^ uint32_t(row0 % 8)) << 4);
-  // Four passes' loads are issued before their conversions and stores: the volatile copies keep
-  // their order, and one load at a time, each behind the store before it, left every warp's
-  // conversion waiting on shared-memory latency.
-  constexpr int kBatch = 4;
+  // Eight passes' loads (at d 64 a block's all) are issued before their conversions and
+  // stores: the volatile copies keep their order, and one load at a time, each behind the store
+  // before it, left every warp's conversion waiting on shared-memory latency (four with 40
+  // registers spilled 36 bytes at d 128; eight with 56 none, kernel.cuh).
+  constexpr int kBatch = 8;
   static_assert(kPasses % kBatch == 0, "e4m3: whole batches of passes");
   // Rows at or past `keys` (the block's rows inside the sequence) convert as zeros: TMA
   // zero-fills only past the map (the cache's capacity, or a box that starts past the keys), so
@@ -816,8 +817,8 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // used, the pages by Params::page_div and V's offsets held across the V wait (gather_kv), ptxas
 // spills in 39 of the default build's 131 bf16 sm90 functions instead of 76 (1520 bytes of
 // stores instead of 3724); the producer's remaining spills are the gathered path's under 24
-// registers (d 128 with 192 keys, d 192 with V in 128 columns, d 256) and the e4m3 converters'
-// at d 128 (36 bytes; none at d 64 and 256).
+// registers (d 128 with 192 keys, d 192 with V in 128 columns, d 256); the e4m3 converters
+// spill none at 56.
 template <class T, bool kBounded>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {

@@ -152,8 +152,9 @@ struct Tile {
   // spilled 32-268 bytes (ptxas, bf16), mostly the producer's TMA issue and tile decoding, at
   // 40 / 232 0-164 (d 192: 0-16); speed 1.0015x (d 64), 0.9987x (d 128), 1.0012x (d 192) on an
   // H200 (docs/performance.md). 24 / 240 at d 256, whose consumers hold 128 floats of O and
-  // spilled at 232 (0.994x; an e4m3 cache's instantiation splits 40 / 232 there: kernel.cuh); for the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x
-  // at 512-2048 keys with 40 / 232; and where S, P and O take more than 200 of 232 (d 128 with
+  // spilled at 232 (0.994x; an e4m3 cache's instantiation splits 56 / 224: kernel.cuh); for
+  // the d 192 tile that holds V in 128 columns (kDv): 0.967-0.991x at 512-2048 keys with
+  // 40 / 232; and where S, P and O take more than 200 of 232 (d 128 with
   // 192 keys: 208, the rule's limit, and ptxas serialized its wgmmas, C7512).
   static constexpr bool kWideProducer =
       kConsumers == 2 && kD <= 192 && kDv == kD && kBc / 2 + kPRegs + kDv / 2 <= 200;
