@@ -7,8 +7,8 @@
 //     num_pages}) in boxes of Params::kv_box_rows = gcd(B_c, page_size) rows, so every box of a
 //     key block lies within one page, copied from the page the block table names (box i by
 //     lane i / 4 of warp i % 4 in load_tiles and in the e4m3-cache converters, by lane i of
-//     warp 0 in the FP8 tiles' producers; a box
-//     of a multiple of 8 rows lands on a 1024-byte boundary, where the swizzle pattern restarts);
+//     warp 0 in the FP8 tiles' producers; a box of a multiple of 8 rows lands on a 1024-byte
+//     boundary, where the swizzle pattern restarts);
 //   - a paged cache whose boxes would not be a multiple of 8 rows (pages of 1, 3, 4, 12, ...;
 //     config.hpp's gathers_pages, Params::kv_gather): the whole warpgroup gathers rows with
 //     16-byte cp.async copies, applying the swizzle itself.
@@ -351,11 +351,11 @@ __device__ __forceinline__ int box_page(ForwardParams const& p, int entry, bool 
 // An e4m3 cache (the kernel's kE4M3 instantiation), run by the producer warpgroup's 128 threads
 // instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
 // stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows; a paged block's
-// boxes by all four warps, below); all 128 threads
-// turn each block into the 16-bit stage the consumers read, in their order (K(it), then V(it)),
-// exactly, as fp16 for either query type (ptx::e4m3x4_to's one instruction per pair; the
-// consumers' products run in fp16), fence the async proxy (wgmma reads the stage) and arrive on
-// its "full" barrier and on the e4m3 stage's "empty" one (128 arrivals each). With two e4m3
+// boxes by all four warps, below); all 128 threads turn each block into the 16-bit stage the
+// consumers read, in their order (K(it), then V(it)), exactly, as fp16 for either query type
+// (ptx::e4m3x4_to's one instruction per pair; the consumers' products run in fp16), fence the
+// async proxy (wgmma reads the stage) and arrive on its "full" barrier and on the e4m3 stage's
+// "empty" one (128 arrivals each). With two e4m3
 // stages per tensor (d 64 and 128) the next block loads while this one converts; with one (d
 // 256, tile.cuh) each tensor's next block is issued as soon as this block's bytes of it are
 // converted, its load then under the other tensor's conversion and the consumers' lead of one
