@@ -8,6 +8,7 @@
     python3 tools/compare_builds.py --serving --bench build/bench/decode_bench \\
         --base .deps/before --out results/ [--rounds 2] [--pages 0,1,16,64] [--iters 2] \\
         [--kinds prefill,decode] [--head-dims 64,128,256]  (every point by default)
+        [--kv-dtypes bf16,e4m3]  (the caches' element types; bf16 by default)
 
 One benchmark binary times its own build's library and the one in --base (a directory holding
 libflashattn.so.0, loaded through LD_LIBRARY_PATH; the binary's DT_RUNPATH lets that win). Each
@@ -27,7 +28,10 @@ windows of >= 200 ms. Prints each point's microseconds per build, the speed rati
 this time), each build's paged / contiguous speed, the geometric mean per kind, and writes
 compare-serving.csv to --out. --kinds (prefill, decode) and --head-dims (64, 128, 256) keep a
 subset of the points: the whole set at pages 0, 16, 64 and 256 took 299 s of an H200 (two
-rounds), chunked prefill at d 128 alone about a third of it.
+rounds), chunked prefill at d 128 alone about a third of it. --kv-dtypes bf16,e4m3 times every
+point with both caches (decode_bench --kv-dtype; e4m3: FP8 K and V, bf16 queries) and adds each
+build's e4m3 over bf16 cache speed (issue 19's chunked-prefill and decode ratios) to the e4m3
+rows.
 
 A check that a change leaves speed alone (e.g. a refactor), or how much it moves it.
 """
@@ -76,17 +80,19 @@ def alternate(args, run_pass):
 
 def run_serving(args, lib):
     """One pass over the serving points with the library in `lib` ("": the binary's own):
-    {(d, batch, sq, kv_len, page): (us, kernel)}."""
+    {(d, batch, sq, kv_len, page, kv_dtype): (us, kernel)}."""
     env = dict(os.environ)
     if lib:
         env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     points = {}
     for d, batches, sq, kv_lens in serving_points(args):
         cmd = [args.bench, "decode", "--head-dim", str(d), "--batches", batches, "--sq", str(sq),
-               "--kv-lens", kv_lens, "--pages", args.pages, "--iters", str(args.iters)]
+               "--kv-lens", kv_lens, "--pages", args.pages, "--iters", str(args.iters),
+               "--kv-dtype", args.kv_dtypes]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         for r in csv.DictReader(io.StringIO(out)):
-            key = (d, int(r["batch"]), int(r["sq"]), int(r["kv_len"]), int(r["page"]))
+            key = (d, int(r["batch"]), int(r["sq"]), int(r["kv_len"]), int(r["page"]),
+                   r["kv_dtype"])
             points[key] = (float(r["us"]), r["kernel"])
     return points
 
@@ -104,31 +110,43 @@ def serving(args):
     passes = alternate(args, run_serving)
     mean = {name: {key: sum(p[key][0] for p in runs) / len(runs) for key in runs[0]}
             for name, runs in passes.items()}
-    rows, ratios = [], {"prefill": [], "decode": []}
-    print(f"{'d':>4} {'batch':>5} {'sq':>5} {'kv':>6} {'page':>4} {'base us':>9} {'this us':>9} "
-          f"{'speed':>6} {'paged/contig base':>17} {'this':>6}  kernel (this)")
+    rows, ratios = [], {}
+    print(f"{'d':>4} {'batch':>5} {'sq':>5} {'kv':>6} {'page':>4} {'cache':>5} {'base us':>9} "
+          f"{'this us':>9} {'speed':>6} {'paged/contig base':>17} {'this':>6} "
+          f"{'e4m3/bf16 base':>14} {'this':>6}  kernel (this)")
+    fmt = lambda x: f"{x:.3f}" if x else ""
     for key in sorted(mean["this"]):
         b, t = mean["base"][key], mean["this"][key]
-        contig = key[:4] + (0,)
-        # A build's paged speed over its contiguous speed (time ratio), where both were run.
+        contig = key[:4] + (0, key[5])
+        bf16 = key[:5] + ("bf16",)
+        # A build's paged speed over its contiguous speed, and an e4m3 cache's speed over the
+        # bf16 cache's (time ratios), where both were run.
         rel = {n: mean[n][contig] / mean[n][key] if contig in mean[n] and key[4] else None
                for n in ("base", "this")}
-        ratios["prefill" if key[2] > 1 else "decode"].append(b / t)
-        fmt = lambda x: f"{x:.3f}" if x else ""
+        fp8 = {n: mean[n][bf16] / mean[n][key] if bf16 in mean[n] and key[5] != "bf16" else None
+               for n in ("base", "this")}
+        ratios.setdefault(("prefill" if key[2] > 1 else "decode", key[5]), []).append(b / t)
         rows.append([*key, f"{b:.2f}", f"{t:.2f}", f"{b / t:.3f}", fmt(rel["base"]),
-                     fmt(rel["this"]), passes["base"][0][key][1], passes["this"][0][key][1]])
-        print(f"{key[0]:>4} {key[1]:>5} {key[2]:>5} {key[3]:>6} {key[4]:>4} {b:>9.2f} {t:>9.2f} "
-              f"{b / t:>6.3f} {fmt(rel['base']):>17} {fmt(rel['this']):>6}  "
-              f"{passes['this'][0][key][1]}", flush=True)
-    for kind, xs in ratios.items():
-        if xs:
-            print(f"Geometric mean speed (this / base), {kind}: {geomean(xs):.4f}; "
-                  f"min {min(xs):.3f}, max {max(xs):.3f}")
+                     fmt(rel["this"]), fmt(fp8["base"]), fmt(fp8["this"]),
+                     passes["base"][0][key][1], passes["this"][0][key][1]])
+        print(f"{key[0]:>4} {key[1]:>5} {key[2]:>5} {key[3]:>6} {key[4]:>4} {key[5]:>5} "
+              f"{b:>9.2f} {t:>9.2f} {b / t:>6.3f} {fmt(rel['base']):>17} {fmt(rel['this']):>6} "
+              f"{fmt(fp8['base']):>14} {fmt(fp8['this']):>6}  {passes['this'][0][key][1]}",
+              flush=True)
+    # Per kind, and per cache type where a run had more than bf16's.
+    typed = args.kv_dtypes != "bf16"
+    for kind in ("prefill", "decode"):
+        for dtype in args.kv_dtypes.split(","):
+            xs = ratios.get((kind, dtype))
+            if xs:
+                label = f"{kind}, {dtype} cache" if typed else kind
+                print(f"Geometric mean speed (this / base), {label}: {geomean(xs):.4f}; "
+                      f"min {min(xs):.3f}, max {max(xs):.3f}")
     with open(os.path.join(args.out, "compare-serving.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["head_dim", "batch", "sq", "kv_len", "page", "base_us", "this_us", "speed",
-                    "base_paged_over_contiguous", "this_paged_over_contiguous", "base_kernel",
-                    "this_kernel"])
+        w.writerow(["head_dim", "batch", "sq", "kv_len", "page", "kv_dtype", "base_us", "this_us",
+                    "speed", "base_paged_over_contiguous", "this_paged_over_contiguous",
+                    "base_e4m3_over_bf16", "this_e4m3_over_bf16", "base_kernel", "this_kernel"])
         w.writerows(rows)
 
 
@@ -150,7 +168,17 @@ def main():
     ap.add_argument("--iters", type=int, default=2, help="--serving: windows per point")
     ap.add_argument("--kinds", default="prefill,decode",
                     help="--serving: the points to time, prefill (sq > 1) and / or decode")
+    ap.add_argument("--kv-dtypes",
+                    help="--serving: the caches' element types, bf16 and / or e4m3 (default bf16)")
     args = ap.parse_args()
+    if args.kv_dtypes is None:
+        args.kv_dtypes = "bf16"
+    elif not args.serving:
+        sys.exit("compare_builds.py: --kv-dtypes is a --serving option")
+    dtypes = args.kv_dtypes.split(",")
+    if any(t not in ("bf16", "e4m3") for t in dtypes) or len(set(dtypes)) < len(dtypes):
+        sys.exit(f"compare_builds.py: --kv-dtypes takes bf16 and / or e4m3, each once, not "
+                 f"{args.kv_dtypes!r}")
     unknown = [k for k in args.kinds.split(",") if k not in ("prefill", "decode")]
     if unknown:
         sys.exit(f"compare_builds.py: --kinds takes prefill and decode, not {unknown}")

@@ -31,7 +31,8 @@
 # serving_before_after does the same for chunked prefill and decode on contiguous and paged
 # caches (tools/compare_builds.py --serving, this build's decode_bench; FA_SERVING_PAGES, default
 # "0,1,16,64"; FA_SERVING_KINDS, default "prefill,decode"; FA_SERVING_HEAD_DIMS, default every
-# point's).
+# point's; FA_SERVING_KV_DTYPES, default "bf16": "bf16,e4m3" times e4m3 caches beside bf16 ones
+# and reports each build's e4m3 over bf16 cache speed).
 # Needs: nvcc, cmake, ninja, python3, compute-sanitizer on PATH; doctest headers in .deps/include
 # (copied from a machine that has them: cp -r /usr/include/doctest .deps/include/).
 # FA_DEVICE_CMAKE_ARGS adds CMake options (e.g. -DFA_CUDA_ARCHS=90 to build sm_90 only).
@@ -230,7 +231,8 @@ if [ -f "$base/libflashattn.so.0" ]; then
   step serving_before_after python3 tools/compare_builds.py --serving \
     --bench "$build/bench/decode_bench" --base "$base" --out "$out/before-after" \
     --pages "${FA_SERVING_PAGES:-0,1,16,64}" --kinds "${FA_SERVING_KINDS:-prefill,decode}" \
-    ${FA_SERVING_HEAD_DIMS:+--head-dims "$FA_SERVING_HEAD_DIMS"}
+    ${FA_SERVING_HEAD_DIMS:+--head-dims "$FA_SERVING_HEAD_DIMS"} \
+    ${FA_SERVING_KV_DTYPES:+--kv-dtypes "$FA_SERVING_KV_DTYPES"}
 fi
 # Every registered kernel of both families on the grid: the data the choice table comes from.
 step sweep sh -c "'$build/bench/flashattn_bench' --all-kernels --csv --window-ms 30 > '$out/sweep-bf16.csv'"

@@ -2,7 +2,7 @@
 """tools/compare_builds.py against a stand-in benchmark (no GPU): both modes time each build in
 the order base, this, this, base, average its passes per point, report this / base as a speed
 (the grid's TFLOP/s ratio, --serving's base time over this time) and, with --serving, each
-build's paged over contiguous speed."""
+build's paged over contiguous speed and (--kv-dtypes bf16,e4m3) its e4m3 over bf16 cache speed."""
 
 import csv
 import os
@@ -35,13 +35,15 @@ _FAKE = textwrap.dedent('''\
         return args[args.index(name) + 1]
     if args[0] == "decode":
         print("kv_dtype,batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us")
-        for page in map(int, opt("--pages").split(",")):
-            for b in map(int, opt("--batches").split(",")):
-                for kv in map(int, opt("--kv-lens").split(",")):
-                    # base: 100 us contiguous, 125 paged; this: 80 and 88; +2 us on odd calls
-                    us = (125.0 if page else 100.0) if base else (88.0 if page else 80.0)
-                    us += 2.0 * (n % 2)
-                    print(f'bf16,{{b}},{{kv}},{{opt("--sq")}},{{page}},1,"k{{opt("--head-dim")}}",{{us}},1,1,1')
+        for kvt in (opt("--kv-dtype") if "--kv-dtype" in args else "bf16").split(","):
+            for page in map(int, opt("--pages").split(",")):
+                for b in map(int, opt("--batches").split(",")):
+                    for kv in map(int, opt("--kv-lens").split(",")):
+                        # base: 100 us contiguous, 125 paged; this: 80 and 88; +2 us on odd
+                        # calls; an e4m3 cache 40 us less (the +2 included)
+                        us = (125.0 if page else 100.0) if base else (88.0 if page else 80.0)
+                        us += 2.0 * (n % 2) - (40.0 if kvt == "e4m3" else 0.0)
+                        print(f'{{kvt}},{{b}},{{kv}},{{opt("--sq")}},{{page}},1,"k{{opt("--head-dim")}}",{{us}},1,1,1')
     elif "--csv" in args:
         print("kernel,head_dim,head_dim_v,causal,seqlen,tflops")
         for d in opt("--head-dims").split(","):
@@ -107,10 +109,41 @@ class CompareBuilds(unittest.TestCase):
             else:
                 self.assertEqual(r["base_paged_over_contiguous"], "")
             self.assertEqual(r["this_kernel"], "k" + r["head_dim"])
+            self.assertEqual(r["kv_dtype"], "bf16")
+            self.assertEqual(r["base_e4m3_over_bf16"], "")
         prefill = [r for r in rows if r["sq"] != "1"]
         self.assertEqual({r["head_dim"] for r in prefill}, {"64", "128", "256"})
         self.assertIn("Geometric mean speed (this / base), prefill:", stdout)
         self.assertIn("Geometric mean speed (this / base), decode:", stdout)
+
+    def test_serving_e4m3_caches_beside_bf16(self):
+        stdout = self.run_tool("--serving", "--rounds", "2", "--pages", "0,16", "--kinds",
+                               "prefill", "--head-dims", "128", "--kv-dtypes", "bf16,e4m3")
+        with open(self.log) as f:
+            calls = [line.split() for line in f]
+        self.assertEqual({c[c.index("--kv-dtype") + 1] for c in calls}, {"bf16,e4m3"})
+        with open(os.path.join(self.out, "compare-serving.csv")) as f:
+            rows = list(csv.DictReader(f))
+        # The d 128 chunked prefills: 4 x 512 against 8k and 32k, 4 x 2048, 16 x 256, 1 x 4096.
+        self.assertEqual(len(rows), 5 * 2 * 2)
+        at = {(r["batch"], r["sq"], r["kv_len"], r["page"], r["kv_dtype"]): r for r in rows}
+        for key, r in at.items():
+            if key[4] == "bf16":
+                self.assertEqual(r["this_e4m3_over_bf16"], "")
+                continue
+            bf16 = at[key[:4] + ("bf16",)]
+            for build in ("base", "this"):
+                # Each point's e4m3 and bf16 times come from one call: 40 us apart.
+                e, t = float(r[build + "_us"]), float(bf16[build + "_us"])
+                self.assertAlmostEqual(e, t - 40.0, places=2)
+                self.assertAlmostEqual(float(r[build + "_e4m3_over_bf16"]), t / e, places=3)
+            if key[3] == "16":  # paged over contiguous within the e4m3 cache's own rows
+                contig = at[key[:3] + ("0", "e4m3")]
+                self.assertAlmostEqual(float(r["this_paged_over_contiguous"]),
+                                       float(contig["this_us"]) / float(r["this_us"]), places=3)
+        self.assertIn("Geometric mean speed (this / base), prefill, bf16 cache:", stdout)
+        self.assertIn("Geometric mean speed (this / base), prefill, e4m3 cache:", stdout)
+        self.assertNotIn("decode", stdout.split("Geometric mean")[-1])
 
     def test_serving_subset_by_kind_and_head_dim(self):
         self.run_tool("--serving", "--rounds", "2", "--pages", "0,16", "--kinds", "prefill",
@@ -126,13 +159,23 @@ class CompareBuilds(unittest.TestCase):
 
     def test_serving_refuses_filters_that_keep_nothing_or_mean_nothing(self):
         for extra in (["--kinds", "prefill,"], ["--kinds", "decode", "--head-dims", "64"],
-                      ["--head-dims", "192:128"], ["--head-dims", "96"]):
+                      ["--head-dims", "192:128"], ["--head-dims", "96"],
+                      ["--kv-dtypes", "fp8"], ["--kv-dtypes", "e4m3,e4m3"],
+                      ["--kv-dtypes", ""]):
             r = subprocess.run([sys.executable, _TOOL, "--bench", self.bench, "--base",
                                 self.base, "--out", self.out, "--serving", *extra],
                                capture_output=True, text=True)
             self.assertNotEqual(r.returncode, 0, extra)
             self.assertIn("compare_builds.py:", r.stderr, extra)
         self.assertFalse(os.path.exists(self.log))  # nothing was timed
+
+    def test_kv_dtypes_only_with_serving(self):
+        r = subprocess.run([sys.executable, _TOOL, "--bench", self.bench, "--base", self.base,
+                            "--out", self.out, "--kv-dtypes", "e4m3"], capture_output=True,
+                           text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--kv-dtypes is a --serving option", r.stderr)
+        self.assertFalse(os.path.exists(self.log))
 
     def test_grid_ratios_average_both_passes(self):
         self.run_tool("--rounds", "2", "--head-dims", "64,192:128")
