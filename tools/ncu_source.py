@@ -12,7 +12,9 @@ kernel in each table (--names labels them; by default the first 60 characters of
 
 - kernel: warp instructions executed, warp stall samples and static instructions, then the main
   loop: the instructions whose executed count is the one most instructions share among those
-  executed at least 10% as often as the most executed one (of equal shares, the larger count).
+  executed at least 10% as often as the most executed one (of equal shares, the larger count),
+  looked for among the consumer warpgroups' instructions where the kernel reallocates registers
+  (see warp roles below: an e4m3 cache's converters wait in a loop that outruns the key loop).
   That count is the loop's iterations (warp-iterations: per warp, summed over warps); the table
   gives it, the loop's static instructions and the share of the kernel's samples in the loop.
 - opcode: per opcode (the instruction's first word after any predicate such as @!P0, cut at the
@@ -30,6 +32,11 @@ kernel in each table (--names labels them; by default the first 60 characters of
   the instructions after a group's closing HGMMA, up to the next group, are "after 64x80x16
   group". A name can recur when the loop issues two groups of a shape. Each phase's static
   instructions and share of the kernel's samples.
+- warp roles (one table per kernel that reallocates registers): the code from a
+  USETMAXREG.TRY_ALLOC to the next USETMAXREG is the consumer warpgroups', from a
+  USETMAXREG.DEALLOC the producer's, before the first one the prologue; per role its warp stall
+  samples, then each stall reason's samples (largest first over the kernel), so the consumers'
+  waits read apart from a producer's (whose warps take samples as any other warp does).
 
 --markdown prints Markdown tables, otherwise aligned text. Needs no GPU and nothing but Python.
 """
@@ -47,6 +54,7 @@ SAMPLES = "Warp Stall Sampling (All Samples)"
 STALL_PREFIX = "stall_"
 LOOP_FLOOR = 0.10  # of the most executed instruction's count: below it, not loop candidates
 OTHER_STALLS = "(no stall_ column)"
+REALLOC = "USETMAXREG"  # setmaxnreg: TRY_ALLOC in the consumers, DEALLOC in the producer
 
 
 @dataclass
@@ -124,18 +132,31 @@ def instruction(cells):
                        count(cells[SAMPLES]), stalls)
 
 
+def roles(kernel):
+    """{"prologue", "consumers", "producer": instructions in address order} split at the
+    kernel's USETMAXREG instructions (each starting the role it names), or {} without any."""
+    out, role = {}, None
+    for i in sorted(kernel.instructions, key=lambda i: i.address):
+        if i.opcode == REALLOC:
+            role = "consumers" if "TRY_ALLOC" in i.mnemonic else "producer"
+        out.setdefault(role or "prologue", []).append(i)
+    return out if role else {}
+
+
 def main_loop(kernel):
     """(iterations, the loop's instructions in address order): the executed count most
     instructions share among those executed at least LOOP_FLOOR as often as the most executed
-    (of equal shares, the larger count)."""
-    top = max(i.executed for i in kernel.instructions)
+    (of equal shares, the larger count), among the consumers' instructions where roles() finds
+    them."""
+    pool = roles(kernel).get("consumers") or kernel.instructions
+    pool = pool if any(i.executed for i in pool) else kernel.instructions
+    top = max(i.executed for i in pool)
     shared = {}
-    for i in kernel.instructions:
+    for i in pool:
         if i.executed >= LOOP_FLOOR * top:
             shared[i.executed] = shared.get(i.executed, 0) + 1
     iterations = max(shared, key=lambda c: (shared[c], c))
-    loop = sorted((i for i in kernel.instructions if i.executed == iterations),
-                  key=lambda i: i.address)
+    loop = sorted((i for i in pool if i.executed == iterations), key=lambda i: i.address)
     return iterations, loop
 
 
@@ -201,6 +222,28 @@ def phases(loop, samples):
     return [(name, n, share(s, samples)) for name, n, s in split if n]
 
 
+def role_rows(kernel):
+    """(role names, rows) of the warp-role table: "samples", then each stall reason's samples per
+    role, largest first over the kernel, OTHER_STALLS last; (None, None) without roles."""
+    split = roles(kernel)
+    if not split:
+        return None, None
+    names = list(split)
+    per_role = {}
+    for name, instructions in split.items():
+        per_role[name] = {}
+        for i in instructions:
+            for reason, n in i.stalls.items():
+                per_role[name][reason] = per_role[name].get(reason, 0) + n
+    reasons = sorted(set().union(*per_role.values()),
+                     key=lambda r: (-sum(t.get(r, 0) for t in per_role.values()), r))
+    samples = {name: sum(i.samples for i in split[name]) for name in names}
+    rows = [["samples"] + [str(samples[n]) for n in names]]
+    rows += [[r] + [str(per_role[n].get(r, 0)) for n in names] for r in reasons]
+    rows.append([OTHER_STALLS] + [str(samples[n] - sum(per_role[n].values())) for n in names])
+    return names, rows
+
+
 def opcode_rows(kernels, top):
     """Rows of the opcode table: the `top` opcodes most executed per iteration by the first
     kernel (then by the others'), then "all"."""
@@ -245,6 +288,10 @@ def report(kernels, labels, top, markdown):
         if split:
             out.append(table([f"{label} loop phase", "static instructions", "samples %"],
                              [[name, str(n), f"{s:.1f}"] for name, n, s in split], markdown))
+    for kernel, label in zip(kernels, labels):
+        names, rows = role_rows(kernel)
+        if names:
+            out.append(table([f"{label} warp role"] + names, rows, markdown))
     return "\n\n".join(out)
 
 

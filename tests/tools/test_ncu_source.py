@@ -54,6 +54,25 @@ KERNEL_B = [  # address, source, samples, executed, dispatch, long_sb, wait
     ("0x260", "@P0 BRA 0x250", "2,000", "2,000", "2,000", "0", "0"),
 ]
 
+# Kernel C reallocates registers: a prologue, the consumers' loop (1,000 times) and the producer's
+# wait loop (5,000 times, the most executed). 100 samples: 2 in the prologue, 50 in the consumers,
+# 48 in the producer.
+HEADER_C = COMMON + ["stall_long_sb", "stall_short_sb", "stall_wait"]
+KERNEL_C = [  # address, source, samples, executed, long_sb, short_sb, wait
+    ("0x300", "LDC R1, c[0x0][0x28]", "2", "10", "0", "0", "2"),
+    ("0x310", "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8", "0", "10", "0", "0", "0"),
+    ("0x320", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, gsb0", "30", "1,000", "0", "0",
+     "30"),
+    ("0x330", "FMNMX R5, R5, R6, !PT", "20", "1,000", "0", "20", "0"),
+    ("0x340", "@!P0 BRA 0x320", "0", "1,000", "0", "0", "0"),
+    ("0x350", "EXIT", "0", "10", "0", "0", "0"),
+    ("0x360", "USETMAXREG.DEALLOC.CTAPOOL 0x28", "0", "10", "0", "0", "0"),
+    ("0x370", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR8+0x30010], R4", "40", "5,000", "40", "0",
+     "0"),
+    ("0x380", "@!P0 BRA 0x370", "8", "5,000", "0", "0", "8"),
+    ("0x390", "EXIT", "0", "10", "0", "0", "0"),
+]
+
 
 def row(address, source, samples, executed, *stalls):
     """A source page's row: the not-issued and "# Samples" columns repeat the samples."""
@@ -190,6 +209,33 @@ class NcuSourceTest(unittest.TestCase):
         with self.assertRaises(SystemExit) as e:
             run([self.path, "--names", "one"])
         self.assertIn("1 labels for 2 kernels", str(e.exception.code))
+
+    def test_warp_roles_keep_the_producer_out_of_the_main_loop(self):
+        path = write([["Kernel Name", "kernel_c", ""], HEADER_C] + [row(*r) for r in KERNEL_C])
+        try:
+            (c,) = ncu_source.read_page(path)
+            split = ncu_source.roles(c)
+            self.assertEqual({k: [i.address for i in v] for k, v in split.items()}, {
+                "prologue": [0x300], "consumers": [0x310, 0x320, 0x330, 0x340, 0x350],
+                "producer": [0x360, 0x370, 0x380, 0x390]})
+            # The producer's wait loop runs most, yet the main loop is the consumers'.
+            iterations, loop = ncu_source.main_loop(c)
+            self.assertEqual((iterations, [i.address for i in loop]), (1000, [0x320, 0x330, 0x340]))
+            names, rows = ncu_source.role_rows(c)
+            self.assertEqual(names, ["prologue", "consumers", "producer"])
+            self.assertEqual(rows, [["samples", "2", "50", "48"],
+                                    ["long_sb", "0", "0", "40"],  # ties wait at 40: by name
+                                    ["wait", "2", "30", "8"],
+                                    ["short_sb", "0", "20", "0"],
+                                    [ncu_source.OTHER_STALLS, "0", "0", "0"]])
+            self.assertEqual(ncu_source.role_rows(self.a), (None, None))  # no USETMAXREG
+            text = run([path, "--names", "c", "--markdown"])
+            self.assertIn("| c warp role | prologue | consumers | producer |", text)
+            self.assertIn("| samples | 2 | 50 | 48 |", text)
+            self.assertIn("| loop iterations (warp-iterations) | 1000 |", text)
+            self.assertNotIn("warp role", run([self.path, "--names", "ours,fa4"]))
+        finally:
+            os.unlink(path)
 
     def test_a_page_without_kernels_is_refused(self):
         for lines in ([""], [["Kernel Name", NAME_A, ""], HEADER_A]):  # blank; no instructions
