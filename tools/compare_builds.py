@@ -19,7 +19,7 @@ Grid: each timing launches the built-in choice back to back for --window-ms; pri
 point's TFLOP/s per build, their ratio (this / base) and the geometric mean, and writes
 compare.csv to --out.
 
---serving: `decode_bench decode` (bf16, 32/8 heads, causal where sq > 1, the built-in choice
+--serving: `decode_bench decode` (bf16 queries and cache, 32/8 heads, causal where sq > 1, the built-in choice
 with the workspace its plan asks, shuffled page tables) at issue 16's chunked-prefill shapes (d
 128: 4 x 512 against 8k and 32k, 4 x 2048 against 16k, 16 x 256 against 8k, 1 x 4096 against
 32k; d 64 and 256: 4 x 512 against 16k) and decode steps (d 128, sq 1: batch 1, 8 and 64 against
@@ -31,7 +31,8 @@ subset of the points: the whole set at pages 0, 16, 64 and 256 took 299 s of an 
 rounds), chunked prefill at d 128 alone about a third of it. --kv-dtypes bf16,e4m3 times every
 point with both caches (decode_bench --kv-dtype; e4m3: FP8 K and V, bf16 queries) and adds each
 build's e4m3 over bf16 cache speed (issue 19's chunked-prefill and decode ratios) to the e4m3
-rows.
+rows (empty where bf16 was not timed); both builds must run e4m3 caches (a base from before
+them fails its first call, by name).
 
 A check that a change leaves speed alone (e.g. a refactor), or how much it moves it.
 """
@@ -87,12 +88,17 @@ def run_serving(args, lib):
     points = {}
     for d, batches, sq, kv_lens in serving_points(args):
         cmd = [args.bench, "decode", "--head-dim", str(d), "--batches", batches, "--sq", str(sq),
-               "--kv-lens", kv_lens, "--pages", args.pages, "--iters", str(args.iters),
-               "--kv-dtype", args.kv_dtypes]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        for r in csv.DictReader(io.StringIO(out)):
+               "--kv-lens", kv_lens, "--pages", args.pages, "--iters", str(args.iters)]
+        if args.kv_dtypes != "bf16":  # (a decode_bench from before e4m3 caches lacks the option)
+            cmd += ["--kv-dtype", args.kv_dtypes]
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            tail = run.stderr.strip().splitlines()[-1:] or ["(no message)"]
+            sys.exit(f"compare_builds.py: {' '.join(cmd)} failed with "
+                     f"{'the base build ' + lib if lib else 'this build'}: {tail[0]}")
+        for r in csv.DictReader(io.StringIO(run.stdout)):
             key = (d, int(r["batch"]), int(r["sq"]), int(r["kv_len"]), int(r["page"]),
-                   r["kv_dtype"])
+                   r.get("kv_dtype", "bf16"))
             points[key] = (float(r["us"]), r["kernel"])
     return points
 

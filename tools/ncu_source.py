@@ -134,7 +134,11 @@ def instruction(cells):
 
 def roles(kernel):
     """{"prologue", "consumers", "producer": instructions in address order} split at the
-    kernel's USETMAXREG instructions (each starting the role it names), or {} without any."""
+    kernel's USETMAXREG instructions, or {} without any. Each starts a role that runs, in address
+    order, to the next one: a TRY_ALLOC the consumers', any other (DEALLOC) the producer's. That
+    is how ptxas lays out this library's sm90 kernels (the consumers' code after their
+    TRY_ALLOC, the producer's after its DEALLOC); code it placed elsewhere, out of line, counts
+    with the role before it."""
     out, role = {}, None
     for i in sorted(kernel.instructions, key=lambda i: i.address):
         if i.opcode == REALLOC:
@@ -148,8 +152,7 @@ def main_loop(kernel):
     instructions share among those executed at least LOOP_FLOOR as often as the most executed
     (of equal shares, the larger count), among the consumers' instructions where roles() finds
     them."""
-    pool = roles(kernel).get("consumers") or kernel.instructions
-    pool = pool if any(i.executed for i in pool) else kernel.instructions
+    pool = roles(kernel).get("consumers") or kernel.instructions  # (its TRY_ALLOC executed)
     top = max(i.executed for i in pool)
     shared = {}
     for i in pool:

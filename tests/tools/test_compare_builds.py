@@ -34,8 +34,13 @@ _FAKE = textwrap.dedent('''\
     def opt(name):
         return args[args.index(name) + 1]
     if args[0] == "decode":
-        print("kv_dtype,batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us")
-        for kvt in (opt("--kv-dtype") if "--kv-dtype" in args else "bf16").split(","):
+        # Without --kv-dtype, as a decode_bench from before e4m3 caches: no kv_dtype column. A
+        # base whose directory holds "no-e4m3" fails an e4m3 cache's plan, as such a build would.
+        typed = "--kv-dtype" in args
+        if base and typed and "e4m3" in opt("--kv-dtype") and os.path.exists({no_e4m3!r}):
+            sys.exit("decode_bench: fa_plan_create: unsupported")
+        print(("kv_dtype," if typed else "") + "batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us")
+        for kvt in (opt("--kv-dtype") if typed else "bf16").split(","):
             for page in map(int, opt("--pages").split(",")):
                 for b in map(int, opt("--batches").split(",")):
                     for kv in map(int, opt("--kv-lens").split(",")):
@@ -43,7 +48,7 @@ _FAKE = textwrap.dedent('''\
                         # calls; an e4m3 cache 40 us less (the +2 included)
                         us = (125.0 if page else 100.0) if base else (88.0 if page else 80.0)
                         us += 2.0 * (n % 2) - (40.0 if kvt == "e4m3" else 0.0)
-                        print(f'{{kvt}},{{b}},{{kv}},{{opt("--sq")}},{{page}},1,"k{{opt("--head-dim")}}",{{us}},1,1,1')
+                        print((f"{{kvt}}," if typed else "") + f'{{b}},{{kv}},{{opt("--sq")}},{{page}},1,"k{{opt("--head-dim")}}",{{us}},1,1,1')
     elif "--csv" in args:
         print("kernel,head_dim,head_dim_v,causal,seqlen,tflops")
         for d in opt("--head-dims").split(","):
@@ -66,7 +71,8 @@ class CompareBuilds(unittest.TestCase):
         self.log = os.path.join(d, "calls.log")
         self.bench = os.path.join(d, "bench")
         with open(self.bench, "w") as f:
-            f.write(_FAKE.format(python=sys.executable, base=self.base, log=self.log))
+            f.write(_FAKE.format(python=sys.executable, base=self.base, log=self.log,
+                                 no_e4m3=os.path.join(self.base, "no-e4m3")))
         os.chmod(self.bench, os.stat(self.bench).st_mode | stat.S_IXUSR)
         self.out = os.path.join(d, "out")
 
@@ -115,6 +121,9 @@ class CompareBuilds(unittest.TestCase):
         self.assertEqual({r["head_dim"] for r in prefill}, {"64", "128", "256"})
         self.assertIn("Geometric mean speed (this / base), prefill:", stdout)
         self.assertIn("Geometric mean speed (this / base), decode:", stdout)
+        # bf16 alone: decode_bench is not asked for a cache type (older ones lack the option).
+        with open(self.log) as f:
+            self.assertFalse(any("--kv-dtype" in line.split() for line in f))
 
     def test_serving_e4m3_caches_beside_bf16(self):
         stdout = self.run_tool("--serving", "--rounds", "2", "--pages", "0,16", "--kinds",
@@ -143,7 +152,17 @@ class CompareBuilds(unittest.TestCase):
                                        float(contig["this_us"]) / float(r["this_us"]), places=3)
         self.assertIn("Geometric mean speed (this / base), prefill, bf16 cache:", stdout)
         self.assertIn("Geometric mean speed (this / base), prefill, e4m3 cache:", stdout)
-        self.assertNotIn("decode", stdout.split("Geometric mean")[-1])
+
+    def test_a_base_without_e4m3_caches_fails_by_name(self):
+        open(os.path.join(self.base, "no-e4m3"), "w").close()
+        r = subprocess.run([sys.executable, _TOOL, "--bench", self.bench, "--base", self.base,
+                            "--out", self.out, "--serving", "--kinds", "prefill", "--head-dims",
+                            "64", "--kv-dtypes", "bf16,e4m3"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("failed with the base build", r.stderr)
+        self.assertIn("fa_plan_create: unsupported", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "compare-serving.csv")))
 
     def test_serving_subset_by_kind_and_head_dim(self):
         self.run_tool("--serving", "--rounds", "2", "--pages", "0,16", "--kinds", "prefill",
