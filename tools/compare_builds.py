@@ -19,20 +19,21 @@ Grid: each timing launches the built-in choice back to back for --window-ms; pri
 point's TFLOP/s per build, their ratio (this / base) and the geometric mean, and writes
 compare.csv to --out.
 
---serving: `decode_bench decode` (bf16 queries and cache, 32/8 heads, causal where sq > 1, the built-in choice
-with the workspace its plan asks, shuffled page tables) at issue 16's chunked-prefill shapes (d
-128: 4 x 512 against 8k and 32k, 4 x 2048 against 16k, 16 x 256 against 8k, 1 x 4096 against
-32k; d 64 and 256: 4 x 512 against 16k) and decode steps (d 128, sq 1: batch 1, 8 and 64 against
-8k and 64k), each at every --pages size (0: contiguous); each point is the median of --iters
-windows of >= 200 ms. Prints each point's microseconds per build, the speed ratio (base time /
-this time), each build's paged / contiguous speed, the geometric mean per kind, and writes
-compare-serving.csv to --out. --kinds (prefill, decode) and --head-dims (64, 128, 256) keep a
-subset of the points: the whole set at pages 0, 16, 64 and 256 took 299 s of an H200 (two
-rounds), chunked prefill at d 128 alone about a third of it. --kv-dtypes bf16,e4m3 times every
-point with both caches (decode_bench --kv-dtype; e4m3: FP8 K and V, bf16 queries) and adds each
-build's e4m3 over bf16 cache speed (issue 19's chunked-prefill and decode ratios) to the e4m3
-rows (empty where bf16 was not timed); both builds must run e4m3 caches (a base from before
-them fails its first call, by name).
+--serving: `decode_bench decode` (bf16 queries and cache, 32/8 heads, causal where sq > 1, the
+built-in choice with the workspace its plan asks, shuffled page tables) at issue 16's
+chunked-prefill shapes (d 128: 4 x 512 against 8k and 32k, 4 x 2048 against 16k, 16 x 256
+against 8k, 1 x 4096 against 32k; d 64 and 256: 4 x 512 against 16k) and decode steps (d 128, sq
+1: batch 1, 8 and 64 against 8k and 64k), each at every --pages size (0: contiguous); each point
+is the median of --iters windows of >= 200 ms. Prints each point's microseconds per build, the
+speed ratio (base time / this time), each build's paged / contiguous speed, the geometric mean
+per kind (and cache type, with --kv-dtypes), and writes compare-serving.csv to --out. --kinds
+(prefill, decode) and --head-dims (64, 128, 256) keep a subset of the points: the whole set at
+pages 0, 16, 64 and 256 took 299 s of an H200 (two rounds), chunked prefill at d 128 alone about
+a third of it. --kv-dtypes bf16,e4m3 times every point with both caches (decode_bench
+--kv-dtype; e4m3: FP8 K and V, bf16 queries) and adds each build's e4m3 over bf16 cache speed
+(issue 19's chunked-prefill and decode ratios) to the e4m3 rows (empty where bf16 was not
+timed); both builds must run e4m3 caches (a base from before them fails its first call, by
+name).
 
 A check that a change leaves speed alone (e.g. a refactor), or how much it moves it.
 """
