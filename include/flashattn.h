@@ -409,7 +409,14 @@ typedef struct fa_run_args {
    *  float32, and round o once to out_dtype. GPU kernels (e4m3 caches, 16-bit queries) decode every
    *  e4m3 value of k and v exactly into fp16 (with bf16 queries they also hold each query row as
    *  fp16 times the power of two 2^-k that puts its largest magnitude in [2^14, 2^15), exact for
-   *  every value down to 2^-28 of that magnitude, and multiply that row's scores by 2^k), multiply
+   *  every value down to 2^-28 of that magnitude, and multiply that row's scores by 2^k); since
+   *  0.4.0 the sm90 kernels with bf16 queries at head_dim 128 and 256, where no score transform,
+   *  sinks, split-KV or smaller head dim applies (chunked prefill on Hopper), instead multiply k's
+   *  e4m3 values as stored on the tensor cores' FP8 form, each query row held as two e4m3 rows
+   *  hi + lo times the power of two 2^-k that puts its largest magnitude in [128, 256) (exact for
+   *  every value down to 2^-10 of that magnitude, a smaller one off by at most 2^-17 of it), the
+   *  sums of those FP8 products keeping fewer mantissa bits than float32 as with e4m3 queries
+   *  (below), and decode v alone into fp16. They multiply
    *  the float32 dot products by k_descale (then by softmax_scale, as for any dtype; the sm90
    *  kernels fold a positive k_descale into the exponent's scale instead, softmax_scale * log2(e) *
    *  k_descale in float32, where no score transform applies: soft-capping, ALiBi or a negative

@@ -203,11 +203,12 @@ __device__ __forceinline__ float bf16x8_abs_max(uint4 x, float mx) {
   return mx;
 }
 
-// k for a row whose largest magnitude is `mx`: its exponent less 14, kept where 2^k and 2^-k
-// are normal floats; 0 for a zero, infinite or NaN maximum.
-__device__ __forceinline__ int bf16_row_exponent(float mx) {
+// k for a row whose largest magnitude is `mx`: its exponent less `top` (14 puts mx 2^-k in
+// [2^14, 2^15), under fp16's 65504; 7 in [128, 256), under e4m3's 448), kept where 2^k and
+// 2^-k are normal floats; 0 for a zero, infinite or NaN maximum.
+__device__ __forceinline__ int bf16_row_exponent(float mx, int top = 14) {
   if (!(mx > 0.f && mx <= 3.402823466e38f)) return 0;
-  return min(max(int(__float_as_uint(mx) >> 23) - 127 - 14, -125), 125);
+  return min(max(int(__float_as_uint(mx) >> 23) - 127 - top, -125), 125);
 }
 
 // 2^k for a k in [-126, 127].

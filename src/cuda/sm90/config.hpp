@@ -190,6 +190,14 @@ constexpr bool fp8_kv_tile(KernelConfig const& c) {
   return c.dtype != DType::kE4M3 && c.n_warps == 12 && tile && c.stages == 2 && c.overlap &&
          !c.pingpong && e4m3_smem_bytes(c) <= kMaxSmemBytesAnyArch;
 }
+// Of those, the bf16-query kernels at d 128 and 256 read an e4m3 cache's K as TMA loads it
+// (rows of 128-byte swizzle blocks, as an FP8 tile's): S = Q K^T runs on wgmma's e4m3 form
+// against each query row held as two e4m3 rows, and the producer converts V alone (tile.cuh's
+// kE4M3Keys). d 64's 64-byte rows would need another swizzle; fp16 queries (11 significant
+// bits, two e4m3 rows hold 8) keep both tensors converted.
+constexpr bool e4m3_keys(KernelConfig const& c) {
+  return fp8_kv_tile(c) && c.dtype == DType::kBF16 && c.d_head % 128 == 0;
+}
 
 // The family's knobs at their defaults, as in a config of another family.
 constexpr bool knobs_unset(KernelConfig const& c) {

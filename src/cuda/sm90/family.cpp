@@ -169,8 +169,11 @@ Schedule schedule(Device const& device, KernelEntry const& kernel, Problem const
   Problem dense_cache = p;
   if (dense_cache.layout == Layout::kPagedKv) dense_cache.layout = Layout::kKvCache;
   // An FP8 kernel reads its descales in either instantiation (kernel.cuh): e4m3 queries alone do
-  // not need the general one, as an e4m3 cache with 16-bit queries does (its own instantiation).
-  if (k.dtype == DType::kE4M3) dense_cache.dtype = dense_cache.kv_dtype = DType::kBF16;
+  // not need the general one; nor does an e4m3 cache where its keys are read as loaded
+  // (rules::e4m3_keys: bf16 queries at d 128 and 256), elsewhere its own general instantiation.
+  if (k.dtype == DType::kE4M3 || rules::e4m3_keys(k)) {
+    dense_cache.dtype = dense_cache.kv_dtype = DType::kBF16;
+  }
   // Head dims below the kernel's are the launch's to place (launch.cuh): a narrow pair of the
   // plain instantiation where one fits and no general feature is needed, else the general one.
   dense_cache.head_dim = k.d_head;

@@ -24,11 +24,15 @@ namespace fa::cuda::sm90 {
 // kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
 // transform), attention sinks, split outputs and the column bounds of head dims below the
 // kernel's; the plain instantiation has none. kQkCols and kVCols: 0, the kernel's own dims, or
-// (plain only) a narrow pair's, with the column bounds. kE4M3 (with kGeneral, rules::fp8_kv_tile
-// configs only): an e4m3 K/V cache, converted to 16 bits in shared memory by the producer
-// warpgroup (mainloop_load.cuh's load_convert_e4m3) as fp16 for either query type, bf16 queries
-// rewritten as fp16 rows scaled by powers of two (mainloop_mma.cuh's q_bf16_to_fp16), so its
-// products run in fp16; k_descale and those powers folded into the scores' scale and v_descale into O.
+// (plain only) a narrow pair's, with the column bounds. kE4M3 (rules::fp8_kv_tile configs, the
+// kernel's own head dims; the plain instantiation on Tile::kE4M3Keys tiles only): an e4m3 K/V
+// cache. The producer warpgroup converts its V to fp16 in shared memory (mainloop_load.cuh's
+// load_convert_e4m3) and P V runs in fp16. Its K: with bf16 queries at d 128 and 256
+// (Tile::kE4M3Keys) read as loaded, S = Q K^T on wgmma's e4m3 form against each query row held
+// as two e4m3 rows times a power of two (mainloop_mma.cuh's q_bf16_to_e4m3_pair); otherwise
+// converted to fp16 as V is, bf16 queries rewritten as fp16 rows times powers of two
+// (q_bf16_to_fp16). k_descale and those powers are folded into the scores' scale, v_descale
+// into O.
 // An FP8 tile (T::kFp8: e4m3 Q, K and V) runs e4m3 products in both instantiations (its
 // descales are read in either: sm90/family.cpp's schedule): the producer transposes V
 // (mainloop_load.cuh's load_transpose_v) or, on a dense or varlen problem given the workspace,
@@ -40,13 +44,18 @@ namespace fa::cuda::sm90 {
 template <class T, bool kGeneral, int kQkCols = 0, int kVCols = 0, bool kE4M3 = false>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant__ Params const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kE4M3 || (kGeneral && kQkCols == 0), "e4m3 caches: the general instantiation");
+  static_assert(!kE4M3 || kQkCols == 0, "e4m3 caches: the kernel's own head dims");
   static_assert(kQkCols == 0 || (!kGeneral && kQkCols % 16 == 0 && kQkCols <= T::kD &&
                                  kVCols % 8 == 0 && kVCols > 0 && kVCols <= T::kDv),
                 "a narrow pair, in the plain instantiation");
   // Loads and stores bounded at the problem's head dims (below the kernel's).
   constexpr bool kBounded = kGeneral || kQkCols != 0;
   constexpr DType kMma = kE4M3 ? DType::kFP16 : T::kType;  // the products' element type
+  // An e4m3 cache's K read as loaded, S = Q K^T in e4m3: the plain e4m3 instantiation (which
+  // exists for Tile::kE4M3Keys tiles only); P V still in kMma. (In the general one, which keeps
+  // both tensors converted, the query rows' e4m3 pairs spilled 68 bytes at d 128.)
+  constexpr bool kKeys8 = kE4M3 && !kGeneral;
+  static_assert(!kKeys8 || T::kE4M3Keys, "e4m3 keys read as loaded: bf16 queries, d 128 or 256");
   // A programmatic dependent of the stream's previous kernel (launch.cpp): nothing is read
   // before it has finished; the next kernel may be placed from here on and waits likewise.
   ptx::wait_for_prior_grids();
@@ -60,7 +69,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   // transposing producer threads', or the one thread's that copies an FP8 tile's V image.
   bool const v_by_threads =
       kE4M3 || params.kv_gather || (T::kFp8 && !T::kImagesOnly && params.p.v_images == nullptr);
-  if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3);
+  if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3, kKeys8);
   __syncthreads();
   // The producer converts an e4m3 cache as well as loading: at 24 registers ptxas spilled
   // 120-184 bytes in the conversion, at 40 36 bytes at d 128 with four passes' loads in flight;
@@ -93,7 +102,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
         load_fp8_images<T>(params, sm, sched, tid == 0);
       }
     } else if constexpr (kE4M3) {
-      load_convert_e4m3<T>(params, sm, sched, tid);
+      load_convert_e4m3<T, kKeys8>(params, sm, sched, tid);
     } else {
       load_tiles<T, kBounded>(params, sm, sched, tid);
     }
@@ -123,7 +132,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   for (int64_t round = 0; round < sched.rounds; ++round) {
     int64_t const tile = sched.tile(round);
     if (tile >= sched.n_tiles) break;
-    Work const w = work_of<T, !kGeneral>(params, tile);
+    // (The plain e4m3 consumers decode by divisions too: with the fast decode ptxas spilled 32
+    // bytes at d 128 and chunked prefill ran 0.99x, H200.)
+    Work const w = work_of<T, !kGeneral && !kE4M3>(params, tile);
     int const sq = w.seq.sq, sk = w.seq.sk;
     int64_t const row0 = int64_t(w.m_block) * T::kBr + wg * 64 + r0;
     RowFrame frame{row0 + sk - sq, int64_t(w.m_block) * T::kBr + wg * 64 + sk - sq, sk, lane, 0.f};
@@ -159,7 +170,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       if (p.v_descale != nullptr) v_descale = p.v_descale[at];
       float const mul = q_descale * k_descale;
       float q_scale[2] = {1.f, 1.f};
-      if constexpr (kE4M3 && T::kType == DType::kBF16) {
+      if constexpr (kKeys8) {
+        if (w.n_blocks > 0) q_bf16_to_e4m3_pair<T>(sm.q_tile, wg, r0, lane, q_scale);
+      } else if constexpr (kE4M3 && T::kType == DType::kBF16) {
         if (w.n_blocks > 0) q_bf16_to_fp16<T>(sm.q_tile, wg, r0, lane, q_scale);
       }
       scale_scores = transform || !(mul > 0.f);
@@ -184,8 +197,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       consume_tile<T, kQkCols / 16, kVCols, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
                                                   step);
     } else {
-      consume_tile<T, T::kQkSteps, T::kDv, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o,
-                                                 step);
+      consume_tile<T, T::kQkSteps, T::kDv, kMma, kKeys8>(sm, q_base, pipe, w.n_blocks, lane,
+                                                         turns, o, step);
     }
     pipe += w.n_blocks;
     if constexpr (kE4M3 || T::kFp8) {

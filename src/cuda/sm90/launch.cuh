@@ -62,13 +62,18 @@ cudaError_t prepare_kernel() {
     if (cudaError_t e = prepare(kernel); e != cudaSuccess) return e;
   }
   if (cudaError_t e = prepare_narrow<T, kList>(prepare); e != cudaSuccess) return e;
+  // The e4m3-cache instantiations: the general one, and the plain one where K is read as loaded.
+  auto const prepare_e4m3 = [](auto kernel) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                T::kE4M3SmemBytes);
+  };
   if constexpr (rules::fp8_kv_tile(C)) {
-    if (cudaError_t e = cudaFuncSetAttribute(forward_kernel<T, true, 0, 0, true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             T::kE4M3SmemBytes);
-        e != cudaSuccess) {
+    if (cudaError_t e = prepare_e4m3(forward_kernel<T, true, 0, 0, true>); e != cudaSuccess) {
       return e;
     }
+  }
+  if constexpr (rules::e4m3_keys(C)) {
+    return prepare_e4m3(forward_kernel<T, false, 0, 0, true>);
   }
   return cudaSuccess;
 }
@@ -120,14 +125,20 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   params.kv_gather = paged && gathers_pages(C.B_c, p.page_size) ? 1 : 0;  // config.hpp
   params.page_div = FastDivmod::make(paged ? p.page_size : 1);
   // An e4m3 cache (family.cpp admits it on fp8_kv_tile kernels, never gathered) is read as
-  // bytes in boxes of whole rows (kD bytes) into the e4m3 stages (tile.cuh).
+  // bytes in boxes of whole rows (kD bytes) into the e4m3 stages (tile.cuh), or its K (keys8)
+  // in swizzled boxes of 128 columns into the K stages.
   // An FP8 kernel reads Q and K in swizzled boxes of 128 columns (128 bytes, as the 16-bit
   // kernels' 64) and V in boxes of whole rows, which its producer transposes.
+  // With bf16 queries at d 128 and 256 (rules::e4m3_keys), where no general feature or column
+  // bound is needed, an e4m3 cache runs the plain instantiation, which reads its K as an FP8
+  // kernel does, straight into the K stages (kernel.cuh's kKeys8).
   bool const e4m3 = p.kv_e4m3 != 0 && !T::kFp8;
+  bool const keys8 = e4m3 && rules::e4m3_keys(C) && !general && p.head_dim == T::kD &&
+                     p.head_dim_v == T::kDv;
   DType const kv_type = e4m3 || T::kFp8 ? DType::kE4M3 : C.dtype;
-  int const k_cols = e4m3 ? T::kD : T::kBlockCols;
+  int const k_cols = e4m3 && !keys8 ? T::kD : T::kFp8 || keys8 ? 128 : T::kBlockCols;
   int const v_cols = e4m3 || T::kFp8 ? T::kD : 64;
-  BoxSwizzle const k_swizzle = T::kFp8 ? BoxSwizzle::k128 : BoxSwizzle::kByType;
+  BoxSwizzle const k_swizzle = T::kFp8 || keys8 ? BoxSwizzle::k128 : BoxSwizzle::kByType;
   for (cudaError_t e :
        {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
                         p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr,
@@ -172,6 +183,9 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   if constexpr (rules::fp8_kv_tile(C)) {
     if (e4m3) {
       config.dynamicSmemBytes = T::kE4M3SmemBytes;
+      if constexpr (rules::e4m3_keys(C)) {
+        if (keys8) return cudaLaunchKernelEx(&config, forward_kernel<T, false, 0, 0, true>, params);
+      }
       return cudaLaunchKernelEx(&config, forward_kernel<T, true, 0, 0, true>, params);
     }
   }
@@ -195,6 +209,8 @@ void register_kernel(Registry& registry) {
                 "config.hpp's consumer_regs() is the tile's");
   static_assert(C.dtype == DType::kE4M3 || e4m3_smem_bytes(C) == TileOf<C>::kE4M3SmemBytes,
                 "config.hpp's e4m3 layout");
+  static_assert(!rules::fp8_kv_tile(C) || rules::e4m3_keys(C) == TileOf<C>::kE4M3Keys,
+                "config.hpp's e4m3_keys is the tile's");
   static_assert(C.dtype != DType::kE4M3 || (e4m3_v_image_bytes(C) == TileOf<C>::kVImageBytes &&
                                              e4m3_images_only(C) == TileOf<C>::kImagesOnly),
                 "config.hpp's V images");

@@ -77,6 +77,77 @@ __device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, 
   warpgroup_sync(wg);
 }
 
+// bf16 queries against an e4m3 cache whose K the products read as loaded (Tile::kE4M3Keys):
+// S = Q K^T runs on wgmma's e4m3 form, so once per tile, after Q's TMA has landed, the consumer
+// warpgroup rewrites each of its 64 query rows in place as two e4m3 rows, hi and lo, and
+// returns 2^k for the thread's rows r0 and r0 + 8: with x = q 2^-k, its largest magnitude in
+// [128, 256), hi = x rounded to e4m3 and lo = x - hi rounded to e4m3, so q = 2^k (hi + lo). A
+// bf16 value's 8 significant bits are hi's 4 and the exact difference's at most 4: exact for
+// every value down to 2^-10 of its row's largest (lo then stays above e4m3's subnormal step
+// 2^-9), smaller ones off by at most 2^-17 of it. hi takes the tile's first kD / 128 column
+// blocks of 128 bytes, lo the last (a bf16 row's 2 kD bytes, swizzled as an FP8 tile's Q: the
+// bytes a quad reads are the ones it writes, after every lane of the warp has read its own).
+template <class T>
+__device__ __forceinline__ void q_bf16_to_e4m3_pair(uint8_t* q_tile, int wg, int r0, int lane,
+                                                    float (&row_scale)[2]) {
+  static_assert(T::kType == DType::kBF16 && T::kD % 128 == 0, "bf16 rows of 128-byte blocks");
+  constexpr int kChunks = T::kD / 8 / 4;  // 16-byte chunks of a bf16 row per thread: 4 at d 128
+  constexpr uint32_t kBlock = T::kBr * 128;           // a column block of the tile
+  constexpr uint32_t kLo = T::kD / 128 * kBlock;      // lo's first column block
+  uint32_t const tile = smem_addr(q_tile);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int const row = wg * 64 + r0 + 8 * r;
+    uint4 x[kChunks];
+    float m = 0.f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      int const chunk = lane % 4 + 4 * j;  // as stored: 8 per 64-column block
+      x[j] = ptx::ld_shared_16(tile + uint32_t((chunk / 8) * kBlock + row * 128 + (chunk % 8) * 16));
+      m = ptx::bf16x8_abs_max(x[j], m);
+    }
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    __syncwarp();  // the quad's reads of the row before its writes
+    int const k = ptx::bf16_row_exponent(m, 7);
+    float const down = ptx::pow2(-k);
+    row_scale[r] = ptx::pow2(k);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      int const chunk = lane % 4 + 4 * j;
+      // The stored chunk's 8 values: logical chunk `at` of the row (the swizzle XORs row % 8).
+      int const at = (chunk / 8) * 8 + ((chunk % 8) ^ (row % 8));
+      uint32_t const w[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        v[2 * e] = __uint_as_float(w[e] << 16) * down;
+        v[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u) * down;
+      }
+      uint32_t hi[2], lo[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float const* u = v + 4 * h;
+        hi[h] = ptx::e4m3x4_from(u[0], u[1], u[2], u[3]);
+        uint2 const back = ptx::e4m3x4_to<__half>(hi[h]);
+        float2 const b0 = __half22float2(*reinterpret_cast<__half2 const*>(&back.x));
+        float2 const b1 = __half22float2(*reinterpret_cast<__half2 const*>(&back.y));
+        lo[h] = ptx::e4m3x4_from(u[0] - b0.x, u[1] - b0.y, u[2] - b1.x, u[3] - b1.y);
+      }
+      // Values 8 at .. 8 at + 7: bytes (at % 2) * 8 on of e4m3 chunk (at % 16) / 2 of column
+      // block at / 16.
+      uint32_t const to = tile + uint32_t((at / 16) * kBlock + row * 128 +
+                                          ((((at % 16) / 2) ^ (row % 8)) << 4) + (at % 2) * 8);
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(to), "r"(hi[0]), "r"(hi[1])
+                   : "memory");
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(to + kLo), "r"(lo[0]), "r"(lo[1])
+                   : "memory");
+    }
+  }
+  fence_proxy_async_shared();
+  warpgroup_sync(wg);
+}
+
 // A pipeline position's stage and phase, stepped by one key block at a time: at d 64 and 128
 // incrementally (the 64-bit position's modulo and division per block took a dozen instructions at
 // 3 stages); at d 192 and 256 from the position, as before (see consume_tile).
@@ -135,7 +206,12 @@ inline constexpr bool kStepDescriptors =
 // tile hold fp16 for either query type (kernel.cuh). An FP8 tile (kMma E4M3) steps S = Q K^T by
 // k32 (32 bytes, as the 16-bit k16 steps) and reads its V stages transposed (tile.cuh), P V by
 // k32 steps of P's e4m3 registers (to_p).
-template <class T, int kQkSteps, int kVCols, DType kMma, class Softmax>
+//
+// kE4M3Keys (the e4m3 instantiation of a Tile::kE4M3Keys tile): K's stages hold e4m3 rows as
+// loaded and the Q tile each row's two e4m3 rows (q_bf16_to_e4m3_pair), so S = Q K^T is
+// kD / 32 k32 steps of two e4m3 products each, hi's then lo's (as many tensor-core cycles as the
+// fp16 one's kD / 16 k16 steps); P V stays fp16.
+template <class T, int kQkSteps, int kVCols, DType kMma, bool kE4M3Keys = false, class Softmax>
 __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base, int64_t pipe,
                                              int n_blocks, int lane, Turns<T> const& turns,
                                              float (&o)[T::kDv / 2], Softmax&& softmax) {
@@ -188,19 +264,32 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
     uint64_t const kd = make_desc_sw128(k_base, 16, 1024);
     mbar_wait(&sm.k_full[slot.stage], slot.phase);
     wgmma_fence();
+    if constexpr (kE4M3Keys) {
+      constexpr uint32_t kLo = T::kD / 128 * T::kBr * 128;  // lo's rows (q_bf16_to_e4m3_pair)
 #pragma unroll
-    for (int jj = 0; jj < kQkSteps; ++jj) {
-      int const kk = kReversed ? kQkSteps - 1 - jj : jj;
-      uint64_t const da = desc(qd, q_at, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
-      uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
-      if constexpr (kFp8) {
-        if (kk < kQRegSteps) {
-          Wgmma<kMma, T::kBc, Operands::kRS, 0>::run(sc, qa[kk], db, jj > 0);
+      for (int kk = 0; kk < T::kD / 32; ++kk) {
+        uint32_t const qo = (kk / 4) * T::kBr * 128 + (kk % 4) * 32;
+        uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
+        Wgmma<DType::kE4M3, T::kBc, Operands::kSS, 0>::run(sc, desc(qd, q_at, qo, 16), db,
+                                                            kk > 0);
+        Wgmma<DType::kE4M3, T::kBc, Operands::kSS, 0>::run(sc, desc(qd, q_at, kLo + qo, 16), db,
+                                                            1);
+      }
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < kQkSteps; ++jj) {
+        int const kk = kReversed ? kQkSteps - 1 - jj : jj;
+        uint64_t const da = desc(qd, q_at, (kk / 4) * T::kBr * 128 + (kk % 4) * 32, 16);
+        uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
+        if constexpr (kFp8) {
+          if (kk < kQRegSteps) {
+            Wgmma<kMma, T::kBc, Operands::kRS, 0>::run(sc, qa[kk], db, jj > 0);
+          } else {
+            Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, jj > 0);
+          }
         } else {
           Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, jj > 0);
         }
-      } else {
-        Wgmma<kMma, T::kBc, Operands::kSS, 0>::run(sc, da, db, jj > 0);
       }
     }
     wgmma_commit();

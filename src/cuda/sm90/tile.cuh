@@ -144,6 +144,11 @@ struct Tile {
   // the producer converts the other; one at d 256 (B_c 64: 230,512 bytes), refilled as soon as
   // it is converted (mainloop_load.cuh).
   static constexpr int kE4M3Bytes = kBc * kD;
+  // bf16 queries at d 128 and 256 (config.hpp's rules::e4m3_keys, for the fp8_kv_tile kernels):
+  // the plain e4m3 instantiation reads an e4m3 cache's K as TMA writes it into the K stage (kD
+  // bytes a row, 128-byte swizzle blocks; the rest of the 16-bit stage unused), its e4m3 stages
+  // holding V alone (kernel.cuh's kKeys8).
+  static constexpr bool kE4M3Keys = kType == DType::kBF16 && kD % 128 == 0;
   static constexpr int kE4M3Slots = kPipeBytes + 2 * (2 * kE4M3Bytes + 32) <= 227 * 1024 ? 2 : 1;
   static constexpr int kE4M3SmemBytes = kPipeBytes + kE4M3Slots * (2 * kE4M3Bytes + 32);
   // Registers per thread after reallocation: the producer warpgroup gives its share to the
@@ -236,14 +241,16 @@ struct Smem {
   // producer's arrival and its bytes (TMA), or on kv_arrivals producer threads' arrivals after
   // their copies (gathered K and V) or conversions (e4m3); an "empty" one on an arrival per
   // consumer warp. An e4m3 stage's "full" barrier completes on TMA's bytes, its "empty" one
-  // on the kv_arrivals converting threads. An FP8 tile's K stages are TMA's (one arrival), its
-  // V stages the 128 transposing threads' (or, copied from V's images, the one copying thread's
-  // and its bytes: kv_arrivals 1), its raw V slots TMA's and the transposing threads'.
-  __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals, bool e4m3) const {
+  // on the kv_arrivals converting threads (with `keys8`, K's 16-bit stages complete on TMA's
+  // bytes and its e4m3 stages go unused). An FP8 tile's K stages are TMA's (one arrival),
+  // its V stages the 128 transposing threads' (or, copied from V's images, the one copying
+  // thread's and its bytes: kv_arrivals 1), its raw V slots TMA's and the transposing threads'.
+  __device__ __forceinline__ void init_barriers(uint32_t kv_arrivals, bool e4m3,
+                                                bool keys8) const {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(&k_full[s], T::kFp8 ? 1 : kv_arrivals);
+      mbar_init(&k_full[s], T::kFp8 || keys8 ? 1 : kv_arrivals);
       mbar_init(&v_full[s], kv_arrivals);
       mbar_init(&k_empty[s], 4 * T::kConsumers);
       mbar_init(&v_empty[s], 4 * T::kConsumers);
