@@ -414,7 +414,7 @@ typedef struct fa_run_args {
    *  sinks, split-KV or smaller head dim applies (chunked prefill on Hopper), instead multiply k's
    *  e4m3 values as stored on the tensor cores' FP8 form, each query row held as two e4m3 rows
    *  hi + lo times the power of two 2^-k that puts its largest magnitude in [128, 256) (exact for
-   *  every value down to 2^-10 of that magnitude, a smaller one off by at most 2^-17 of it), the
+   *  every value down to 2^-9 of that magnitude, a smaller one off by at most 2^-17 of it), the
    *  sums of those FP8 products keeping fewer mantissa bits than float32 as with e4m3 queries
    *  (below), and decode v alone into fp16. They multiply
    *  the float32 dot products by k_descale (then by softmax_scale, as for any dtype; the sm90

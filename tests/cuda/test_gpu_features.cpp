@@ -15,6 +15,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -806,6 +807,31 @@ FeatureCase e4m3_case(int dtype, int dim) {
   return c;
 }
 
+// The exactness cases' shape: one head, `batch` sequences of `rows` query rows against one
+// cached key each, contiguous, unsplit.
+FeatureCase one_key_case(int dtype, int dim, int64_t batch, int64_t rows) {
+  FeatureCase c = e4m3_case(dtype, dim);
+  c.layout = FA_LAYOUT_KV_CACHE;
+  c.heads_q = c.heads_kv = 1;
+  c.sq.assign(static_cast<size_t>(batch), rows);
+  c.sk.assign(static_cast<size_t>(batch), 1);
+  c.num_splits = 1;
+  return c;
+}
+
+// `d` run on the library's choice, then on every other kernel that reads it: check(result,
+// what) after each.
+template <class Check>
+void on_every_e4m3_kernel(Gpu const& gpu, FeatureData const& d, int dim, Check&& check) {
+  int found = 0;
+  std::vector<fa_kernel_config> const kernels = e4m3_kernels(gpu, d, dim, &found);
+  for (size_t run = 0; run <= kernels.size(); ++run) {
+    FeatureData e = d;
+    run_plan(gpu, e, run == 0 ? nullptr : &kernels[run - 1]);
+    check(e, run == 0 ? std::string("the choice") : name_of(kernels[run - 1]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through O") {
@@ -815,13 +841,8 @@ TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through 
   // included, which random inputs of magnitude >= 1/64 never hold) shows exactly.
   Gpu gpu;
   for (auto [dtype, dim] : e4m3_shapes()) {
-    FeatureCase c = e4m3_case(dtype, dim);
-    c.layout = FA_LAYOUT_KV_CACHE;
-    c.heads_q = c.heads_kv = 1;
     int64_t const batch = (256 + dim - 1) / dim;
-    c.sq.assign(static_cast<size_t>(batch), dim);
-    c.sk.assign(static_cast<size_t>(batch), 1);
-    c.num_splits = 1;
+    FeatureCase const c = one_key_case(dtype, dim, batch, dim);
     FeatureData d = fa_test::make_feature_data(c, 9);
     auto byte_of = [&](int64_t b, int64_t i) {
       int64_t const x = (b * dim + i) % 256;
@@ -840,11 +861,7 @@ TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through 
     d.v_descale = {2.0f};
     double const scale = c.effective_scale();
     // The choice, then every other kernel that reads the problem (both families' e4m3 tiles).
-    int found = 0;
-    std::vector<fa_kernel_config> kernels = e4m3_kernels(gpu, d, dim, &found);
-    for (size_t run = 0; run <= kernels.size(); ++run) {
-      FeatureData e = d;
-      run_plan(gpu, e, run == 0 ? nullptr : &kernels[run - 1]);
+    on_every_e4m3_kernel(gpu, d, dim, [&](FeatureData const& e, std::string const& what) {
       int wrong_k = 0, wrong_v = 0;
       for (int64_t b = 0; b < batch; ++b) {
         for (int64_t i = 0; i < dim; ++i) {
@@ -862,11 +879,57 @@ TEST_CASE("an e4m3 cache reads every byte exactly: K through the LSE, V through 
           }
         }
       }
-      INFO("dtype " << dtype << " d " << dim << ", "
-                    << (run == 0 ? std::string("the choice") : name_of(kernels[run - 1])));
+      INFO("dtype " << dtype << " d " << dim << ", " << what);
       CHECK(wrong_k == 0);
       CHECK(wrong_v == 0);
+    });
+  }
+}
+
+TEST_CASE("16-bit queries reach an e4m3 cache's scores exactly: q through the LSE") {
+  // Sequence b holds one key, one-hot at column b (the e4m3 byte of 1.0), so query row i's LSE
+  // is softmax_scale * k_descale * q[i][b]. Each row's values carry every 7-bit mantissa and
+  // magnitudes from its largest down to 2^-9 of it, times a power of two per row: the range in
+  // which the sm90 kernels that multiply K's bytes as loaded (bf16 queries at d 128 and 256) hold
+  // a query row exactly as two e4m3 rows, and the mma.sync tiles and fp16 queries as fp16. A
+  // lost low part, or one row's factor applied to another, shows in the LSE.
+  Gpu gpu;
+  for (auto [dtype, dim] : e4m3_shapes()) {
+    int64_t const rows = 64;
+    FeatureCase const c = one_key_case(dtype, dim, dim, rows);
+    FeatureData d = fa_test::make_feature_data(c, 41);
+    std::mt19937_64 rng(4100 + dim);
+    for (int64_t b = 0; b < dim; ++b) {
+      for (int64_t j = 0; j < dim; ++j) {
+        d.k[static_cast<size_t>(d.k_index(b, 0, 0) + j)] = j == b ? 0x38 : 0;  // 1.0
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        double const row_factor = std::ldexp(1.0, static_cast<int>((b * rows + i) % 7) - 3);
+        for (int64_t j = 0; j < dim; ++j) {
+          uint64_t const r = rng();
+          double const x = (1.0 + static_cast<double>(r % 128) / 128.0) *
+                           std::ldexp(1.0, -static_cast<int>((r >> 7) % 9)) * row_factor;
+          fa_test::store_elem(dtype, d.q.data(), d.q_index(b, i, 0) + j, (r >> 11) & 1 ? -x : x);
+        }
+      }
     }
+    d.k_descale = {0.5f};
+    double const scale = c.effective_scale();
+    on_every_e4m3_kernel(gpu, d, dim, [&](FeatureData const& e, std::string const& what) {
+      int wrong = 0;
+      for (int64_t b = 0; b < dim; ++b) {
+        for (int64_t i = 0; i < rows; ++i) {
+          double const q = fa_test::load_elem(dtype, d.q.data(), d.q_index(b, i, 0) + b);
+          double const want = scale * 0.5 * q;
+          double const lse = e.lse[static_cast<size_t>(e.lse_index(b, 0, i))];
+          if (std::fabs(lse - want) > 1e-6 * std::max(1.0, std::fabs(want)) && wrong++ < 4) {
+            MESSAGE("sequence " << b << " row " << i << ": lse " << lse << ", want " << want);
+          }
+        }
+      }
+      INFO("dtype " << dtype << " d " << dim << ", " << what);
+      CHECK(wrong == 0);
+    });
   }
 }
 

@@ -82,11 +82,12 @@ __device__ __forceinline__ void q_bf16_to_fp16(uint8_t* q_tile, int wg, int r0, 
 // warpgroup rewrites each of its 64 query rows in place as two e4m3 rows, hi and lo, and
 // returns 2^k for the thread's rows r0 and r0 + 8: with x = q 2^-k, its largest magnitude in
 // [128, 256), hi = x rounded to e4m3 and lo = x - hi rounded to e4m3, so q = 2^k (hi + lo). A
-// bf16 value's 8 significant bits are hi's 4 and the exact difference's at most 4: exact for
-// every value down to 2^-10 of its row's largest (lo then stays above e4m3's subnormal step
-// 2^-9), smaller ones off by at most 2^-17 of it. hi takes the tile's first kD / 128 column
-// blocks of 128 bytes, lo the last (a bf16 row's 2 kD bytes, swizzled as an FP8 tile's Q: the
-// bytes a quad reads are the ones it writes, after every lane of the warp has read its own).
+// bf16 value's 8 significant bits are hi's 4 and the exact difference's at most 4, a multiple
+// of x's last bit: exact wherever that bit is at least e4m3's subnormal step 2^-9, i.e. for x
+// of 2^-2 or more, every value down to 2^-9 of its row's largest; smaller ones off by at most
+// 2^-10, 2^-17 of the largest. hi takes the tile's first kD / 128 column blocks of 128 bytes, lo
+// the last (a bf16 row's 2 kD bytes, swizzled as an FP8 tile's Q): each quad reads its row's
+// bytes before it writes them (the quad's shuffles of the row maximum, then a __syncwarp).
 template <class T>
 __device__ __forceinline__ void q_bf16_to_e4m3_pair(uint8_t* q_tile, int wg, int r0, int lane,
                                                     float (&row_scale)[2]) {
@@ -256,6 +257,21 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
       }
     }
   }
+  // kE4M3Keys at d 128: the hi rows' A operand in registers, loaded once per tile as an FP8
+  // tile's Q (the lo rows' from shared memory: both in registers spilled 16 bytes).
+  constexpr bool kHiInRegs = kE4M3Keys && T::kD == 128;
+  uint32_t qh[kHiInRegs ? 4 : 1][4];
+  if constexpr (kHiInRegs) {
+    if (n_blocks > 0) {
+      int const j = lane / 8, warp = (threadIdx.x / 32) % 4;
+      uint32_t const row_at = q_base + uint32_t((16 * warp + 8 * (j & 1) + lane % 8) * 128);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        int const chunk = 2 * kk + j / 2;
+        ptx::ldmatrix_x4(qh[kk], row_at + uint32_t((chunk ^ (lane % 8)) * 16));
+      }
+    }
+  }
   // Issues S = Q K^T for the key block in `slot` into `sc` (committed, not waited for).
   auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
     uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
@@ -270,8 +286,12 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
       for (int kk = 0; kk < T::kD / 32; ++kk) {
         uint32_t const qo = (kk / 4) * T::kBr * 128 + (kk % 4) * 32;
         uint64_t const db = desc(kd, k_base, (kk / 4) * T::kBc * 128 + (kk % 4) * 32, 16);
-        Wgmma<DType::kE4M3, T::kBc, Operands::kSS, 0>::run(sc, desc(qd, q_at, qo, 16), db,
-                                                            kk > 0);
+        if constexpr (kHiInRegs) {
+          Wgmma<DType::kE4M3, T::kBc, Operands::kRS, 0>::run(sc, qh[kk], db, kk > 0);
+        } else {
+          Wgmma<DType::kE4M3, T::kBc, Operands::kSS, 0>::run(sc, desc(qd, q_at, qo, 16), db,
+                                                              kk > 0);
+        }
         Wgmma<DType::kE4M3, T::kBc, Operands::kSS, 0>::run(sc, desc(qd, q_at, kLo + qo, 16), db,
                                                             1);
       }

@@ -127,13 +127,33 @@ TEST_SUITE("family") {
     narrow_paged.layout = Layout::kPagedKv;
     narrow_paged.page_size = 64;
     CHECK_FALSE(f.schedule(device, persistent, narrow_paged, false).general);
-    Problem with_feature[5] = {narrow, narrow, narrow, narrow, narrow};
+    Problem with_feature[4] = {narrow, narrow, narrow, narrow};
     with_feature[0].softcap = 30.f;
     with_feature[1].alibi = Alibi::kPerHead;
     with_feature[2].sinks = true;
     with_feature[3].softmax_scale = -0.125f;
-    with_feature[4].kv_dtype = DType::kE4M3;
     for (Problem const& q : with_feature) CHECK(f.schedule(device, persistent, q, false).general);
+    // An e4m3 cache: with bf16 queries this d 128 kernel reads its K as loaded in the plain
+    // instantiation (rules::e4m3_keys; the launch puts head dims below the kernel's on the
+    // general e4m3 copy); a general feature still asks for the general one, and fp16 queries,
+    // whose kernels convert K too, always do.
+    REQUIRE(sm90::rules::e4m3_keys(persistent.config));
+    Problem e4m3 = p;
+    e4m3.kv_dtype = DType::kE4M3;
+    CHECK_FALSE(f.schedule(device, persistent, e4m3, false).general);
+    Problem narrow_e4m3 = narrow;
+    narrow_e4m3.kv_dtype = DType::kE4M3;
+    CHECK_FALSE(f.schedule(device, persistent, narrow_e4m3, false).general);
+    Problem capped = e4m3;
+    capped.softcap = 30.f;
+    CHECK(f.schedule(device, persistent, capped, false).general);
+    KernelEntry half = persistent;
+    half.config.dtype = DType::kFP16;
+    REQUIRE(sm90::rules::fp8_kv_tile(half.config));
+    CHECK_FALSE(sm90::rules::e4m3_keys(half.config));
+    Problem half_e4m3 = e4m3;
+    half_e4m3.dtype = DType::kFP16;
+    CHECK(f.schedule(device, half, half_e4m3, false).general);
     CHECK(f.schedule(device, persistent, test::dense_problem(1, 1, 8192, 32, 8, 80), true).general);
     decode.num_splits = 5;
     CHECK(f.schedule(device, persistent, decode, false).num_splits == 5);
@@ -219,6 +239,10 @@ TEST_SUITE("family") {
     CHECK(sm90::rules::fp8_kv_tile(wide));
     CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(64, true, 256)));  // persistent
     CHECK(sm90::e4m3_slots(wide) == 1);
+    // bf16 queries read the keys as loaded at d 128 and 256, not at d 64 (64-byte rows).
+    CHECK(sm90::rules::e4m3_keys(wide));
+    CHECK(sm90::rules::e4m3_keys(tile));
+    CHECK_FALSE(sm90::rules::e4m3_keys(test::sm90_kernel(128, true, 64)));
     CHECK(sm90::e4m3_smem_bytes(wide) == 1024 + 65536 + 131072 + 80 + (2 * 16384 + 32));
     CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(80, false, 256)));  // 80 keys
     CHECK_FALSE(sm90::rules::fp8_kv_tile(test::sm90_kernel(112, false, 192)));  // d 192
