@@ -426,7 +426,7 @@ typedef struct fa_run_args {
    *  and as +-480 in code compiled for sm_80-87 (the default build's sm_80 code, which sm_86 and
    *  sm_89 GPUs run); rows past a sequence's length never affect o, whatever they hold. A bf16
    *  query row holding an infinity is held unscaled, so its finite values past fp16's 65504 become
-   *  infinities too.
+   *  infinities too (in the kernels that multiply k as stored, the row's scores are NaN).
    *  GPU kernels with e4m3 queries (sm90 FP8 kernels) multiply e4m3 q' and k' on the tensor
    *  cores, whose sums of FP8 products on Hopper keep fewer mantissa bits than float32 (scores,
    *  and so the LSE, carry an error near 2^-12 of the sum of |q'_i k'_i| times the scale), fold

@@ -183,7 +183,9 @@ __device__ __forceinline__ uint2 e4m3x4_to(uint32_t w) {
 }
 
 // bf16 query rows as fp16 rows times a power of two, for the products against an e4m3 cache
-// that both families run in fp16 (e4m3 becomes fp16 in one instruction per pair, bf16 in five
+// that both families run in fp16 (but the sm90 family's S = Q K^T with bf16 queries at d 128
+// and 256 and no general feature: e4m3, mainloop_mma.cuh's q_bf16_to_e4m3_pair) (e4m3 becomes
+// fp16 in one instruction per pair, bf16 in five
 // bit operations; docs/performance.md). Each row is multiplied by the 2^-k that puts its
 // largest magnitude in [2^14, 2^15): fp16's 11-bit significand holds every bf16 value (8 bits)
 // within 2^28 of the row's largest exactly, and the rest (subnormal or zero in fp16) are off by

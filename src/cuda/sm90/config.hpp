@@ -98,11 +98,12 @@ constexpr int64_t smem_bytes(KernelConfig const& c) {
   return pipe + (c.d_head == 128 && pipe + q <= kMaxSmemBytesAnyArch ? q : 0);
 }
 
-// An e4m3 (FP8) K/V cache (fp8_kv_tile kernels' fourth instantiation, tile.cuh): the same layout
+// An e4m3 (FP8) K/V cache (fp8_kv_tile kernels' e4m3 instantiations, tile.cuh): the same layout
 // with O's staging buffer given up (its rows are stored by the threads) and, after the
 // barriers, e4m3 stages that TMA fills and the producer warpgroup converts into the 16-bit K
-// and V stages: two per tensor where they fit in 227 KiB, else one, B_c x d_head bytes each,
-// with a "full" and an "empty" mbarrier apiece.
+// and V stages (V's alone in the plain instantiation of e4m3_keys kernels, whose K goes by TMA
+// straight into its 16-bit stages): two per tensor where they fit in 227 KiB, else one, B_c x
+// d_head bytes each, with a "full" and an "empty" mbarrier apiece.
 constexpr int64_t e4m3_slots(KernelConfig const& c) {
   int64_t const slot = 2 * (int64_t(c.B_c) * c.d_head + 16);
   return pipe_bytes(c, v_cols(c)) + 2 * slot <= kMaxSmemBytesAnyArch ? 2 : 1;
@@ -183,7 +184,8 @@ constexpr bool smem_ok(KernelConfig const& c) { return smem_bytes(c) <= kMaxSmem
 // tuning builds only, has not run on e4m3 caches). At d 192 the tiles' 112 keys leave no room for
 // e4m3 stages, and a row's 24 units of 8 bytes do not split evenly over the producer's 128
 // threads (mainloop_load.cuh's load_convert_e4m3): those caches run on the mma.sync family. A
-// fourth instantiation costs compile time, so not every kernel gets one.
+// fourth instantiation (and for e4m3_keys, below, a fifth) costs compile time, so not every
+// kernel gets one.
 constexpr bool fp8_kv_tile(KernelConfig const& c) {
   bool const tile = c.d_head <= 128 ? c.B_c == 128 && c.persistent
                                      : c.d_head == 256 && c.B_c == 64 && !c.persistent;

@@ -94,7 +94,8 @@ std::string cannot_run(KernelConfig const& k, Problem const& p) {
       }
     }
   } else if (p.kv_dtype == DType::kE4M3) {
-    // The e4m3 instantiation (tile.cuh's e4m3 stages, converted by the producer warpgroup).
+    // The e4m3 instantiations (tile.cuh's e4m3 stages, converted by the producer warpgroup: V's,
+    // and K's but in the plain instantiation of rules::e4m3_keys kernels).
     if (!rules::fp8_kv_tile(k)) {
       return "fa_config.kv_dtype = 4 (FA_DTYPE_E4M3): the sm90 family reads e4m3 caches with "
              "its two-stage, overlapped tiles without ping-pong, 128 x 128 persistent at d 64 and "

@@ -74,9 +74,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   // The producer converts an e4m3 cache as well as loading: at 24 registers ptxas spilled
   // 120-184 bytes in the conversion, at 40 36 bytes at d 128 with four passes' loads in flight;
   // at 56 none with eight (mainloop_load.cuh), the consumers' S, P (fp16) and O within 224 less
-  // 24 (d 128: 160; d 256 with 64 keys: 176). So the e4m3 instantiation splits 56 / 224 whatever
-  // the tile's own split (40 / 232, or 24 / 240 at d 256): on an H200 0.997-1.04x 40 / 232's
-  // e4m3 / bf16 cache ratio at d 64-256 (docs/performance.md, session 61).
+  // 24 (d 128: 160, and 16 for the hi query rows with kKeys8; d 256 with 64 keys: 176). So the
+  // e4m3 instantiations split 56 / 224 whatever the tile's own split (40 / 232, or 24 / 240 at
+  // d 256): on an H200 0.997-1.04x 40 / 232's e4m3 / bf16 cache ratio at d 64-256
+  // (docs/performance.md, session 61).
   static_assert(!kE4M3 || T::kConsumers == 2, "e4m3: two consumer warpgroups");
   constexpr int kProducerRegs = kE4M3 ? 56 : T::kProducerRegs;
   constexpr int kConsumerRegs = kE4M3 ? 224 : T::kConsumerRegs;
@@ -84,8 +85,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
                     T::kThreads * (65536 / T::kThreads / 8 * 8 < 256 ? 65536 / T::kThreads / 8 * 8
                                                                       : 256),
                 "producer and consumer registers fit the block's launch allocation (tile.cuh)");
-  static_assert(!kE4M3 || T::kBc / 2 + T::kBc / 4 + T::kDv / 2 <= kConsumerRegs - 24,
-                "e4m3: S, P and O in the consumers' registers");
+  static_assert(!kE4M3 || T::kBc / 2 + T::kBc / 4 + T::kDv / 2 +
+                                   (kKeys8 && T::kD == 128 ? 16 : 0) <=
+                               kConsumerRegs - 24,
+                "e4m3: S, P, O (and kKeys8's hi query rows at d 128) in the consumers' registers");
 
   if (tid < 128) {
     // Producer warpgroup: one warp issues the TMA copies (all four a paged cache's boxes), the
@@ -154,7 +157,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // The exponent's scale per row (r0, r0 + 8). The descales of an e4m3 cache or of an FP8
     // tile's e4m3 Q, K and V (one per tensor, or per (sequence, K/V head)): the scores are
     // q_descale k_descale (q . k) (q_descale in an FP8 tile only), times 2^k for bf16 query rows
-    // an e4m3 cache's instantiation holds as q 2^-k in fp16, folded into the exponent's scale
+    // an e4m3 cache's instantiation holds as q 2^-k in fp16 (or as two e4m3 rows, kKeys8),
+    // folded into the exponent's scale
     // (and so into the LSE) or, with score transforms (whose scale is applied to the raw score)
     // or a descale product that is not positive (the running maximum assumes a positive scale),
     // applied to each score.

@@ -372,7 +372,8 @@ __device__ __forceinline__ int box_page(ForwardParams const& p, int entry, bool 
 // kKeys8 (the plain instantiation of a Tile::kE4M3Keys tile): K goes by TMA straight into its
 // 16-bit stage, one block ahead, and only V is converted: the consumers multiply K's e4m3
 // bytes on wgmma's e4m3 form (mainloop_mma.cuh's q_bf16_to_e4m3_pair). Chunked prefill at d 128
-// on pages of 16 then ran 1.06x faster, 0.943x the bf16 cache's speed (from 0.885x; H200).
+// on pages of 16 then ran 1.06x faster, 0.943x the bf16 cache's speed (from 0.885x), and 0.971x
+// with the hi query rows in registers (H200, docs/performance.md session 63).
 template <class T, bool kKeys8>
 __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> const& sm,
                                                   TileScheduler<T> const& sched, int ptid) {

@@ -112,7 +112,9 @@ __device__ __forceinline__ void q_bf16_to_e4m3_pair(uint8_t* q_tile, int wg, int
     __syncwarp();  // the quad's reads of the row before its writes
     int const k = ptx::bf16_row_exponent(m, 7);
     float const down = ptx::pow2(-k);
-    row_scale[r] = ptx::pow2(k);
+    // A row holding an infinity (m: fmaxf passes over NaN) scores NaN: e4m3's conversion
+    // saturates at 448, which would leave its scores finite where bf16's are not.
+    row_scale[r] = m <= 3.402823466e38f ? ptx::pow2(k) : __int_as_float(0x7fc00000);
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
       int const chunk = lane % 4 + 4 * j;
@@ -175,8 +177,9 @@ struct Slot {
 // d <= 128, and at d 192 and 256 in 16-bit tiles whose products are their own type, where
 // kernel.cuh then takes the warpgroup through a shuffle too (so Q's are uniform). Past d 128 the
 // FP8 tile (e4m3 products, d 256) compiles the same way but has not run so: it keeps per-step
-// descriptors. (A d 256 tile reading an e4m3 cache runs fp16 products: stepped for fp16 queries,
-// per step for bf16 ones.)
+// descriptors. (A d 256 tile reading an e4m3 cache runs fp16 products, P V and with fp16
+// queries S = Q K^T too: stepped for fp16 queries, per step for bf16 ones, whose S = Q K^T in
+// the plain instantiation is e4m3: kE4M3Keys below.)
 template <class T, DType kMma>
 inline constexpr bool kStepDescriptors =
     T::kD <= 128 || (kMma == T::kType && kMma != DType::kE4M3);
@@ -203,8 +206,9 @@ inline constexpr bool kStepDescriptors =
 // Q, K and V columns past them are zeros. Compile-time: a runtime bound inside the unrolled
 // loops made ptxas fence every wgmma (C7519, 126 times in one file) and spill in the consumers.
 //
-// kMma: the products' element type, T::kType but in the e4m3 instantiation, whose stages and Q
-// tile hold fp16 for either query type (kernel.cuh). An FP8 tile (kMma E4M3) steps S = Q K^T by
+// kMma: the products' element type, T::kType but in the e4m3 instantiations, whose V stages hold
+// fp16 for either query type (and K's and the Q tile but with kE4M3Keys; kernel.cuh). An FP8
+// tile (kMma E4M3) steps S = Q K^T by
 // k32 (32 bytes, as the 16-bit k16 steps) and reads its V stages transposed (tile.cuh), P V by
 // k32 steps of P's e4m3 registers (to_p).
 //

@@ -145,9 +145,9 @@ struct Tile {
   // it is converted (mainloop_load.cuh).
   static constexpr int kE4M3Bytes = kBc * kD;
   // bf16 queries at d 128 and 256 (config.hpp's rules::e4m3_keys, for the fp8_kv_tile kernels):
-  // the plain e4m3 instantiation reads an e4m3 cache's K as TMA writes it into the K stage (kD
-  // bytes a row, 128-byte swizzle blocks; the rest of the 16-bit stage unused), its e4m3 stages
-  // holding V alone (kernel.cuh's kKeys8).
+  // the plain e4m3 instantiation reads an e4m3 cache's K as TMA writes it into the K stage (kD /
+  // 128 column blocks of B_c rows of 128 bytes, swizzled; the rest of the 16-bit stage unused),
+  // its e4m3 stages holding V alone (kernel.cuh's kKeys8).
   static constexpr bool kE4M3Keys = kType == DType::kBF16 && kD % 128 == 0;
   static constexpr int kE4M3Slots = kPipeBytes + 2 * (2 * kE4M3Bytes + 32) <= 227 * 1024 ? 2 : 1;
   static constexpr int kE4M3SmemBytes = kPipeBytes + kE4M3Slots * (2 * kE4M3Bytes + 32);
