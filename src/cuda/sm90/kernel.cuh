@@ -158,10 +158,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // tile's e4m3 Q, K and V (one per tensor, or per (sequence, K/V head)): the scores are
     // q_descale k_descale (q . k) (q_descale in an FP8 tile only), times 2^k for bf16 query rows
     // an e4m3 cache's instantiation holds as q 2^-k in fp16 (or as two e4m3 rows, kKeys8),
-    // folded into the exponent's scale
-    // (and so into the LSE) or, with score transforms (whose scale is applied to the raw score)
-    // or a descale product that is not positive (the running maximum assumes a positive scale),
-    // applied to each score.
+    // folded into the exponent's scale (and so into the LSE) or, with score transforms (whose
+    // scale is applied to the raw score) or a descale product that is not positive (the running
+    // maximum assumes a positive scale), applied to each score.
     float tile_c[2] = {c, c}, score_mul[2] = {1.f, 1.f}, v_descale = 1.f;
     bool scale_scores = false;
     if constexpr (kE4M3 || T::kFp8) {
