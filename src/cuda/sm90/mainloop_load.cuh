@@ -348,6 +348,19 @@ __device__ __forceinline__ int box_page(ForwardParams const& p, int entry, bool 
   return reads ? min(max(entry, 0), p.num_pages - 1) : p.num_pages;
 }
 
+// A key block of e4m3 K, rows first .. first + B_c - 1 of a dense, varlen or contiguous-cache
+// problem (an FP8 tile's, or an e4m3 cache's read as loaded: kKeys8), into stage s by TMA, one
+// box of 128 columns at a time, by the thread that armed the stage's "full" barrier for its
+// bytes.
+template <class T>
+__device__ __forceinline__ void tma_load_k_block(Params const& params, Smem<T> const& sm, int s,
+                                                 int first, int kv_head, int map_batch) {
+  for (int cb = 0; cb < T::kD / 128; ++cb) {
+    tma_load_4d(sm.k_tiles + s * T::kKVBytes + cb * T::kBc * 128, &params.k_map, &sm.k_full[s],
+                cb * 128, first, kv_head, map_batch);
+  }
+}
+
 // An e4m3 cache (the kernel's kE4M3 instantiation), run by the producer warpgroup's 128 threads
 // instead of load_tiles: warp 0 loads Q and each key block's K and V bytes by TMA into the e4m3
 // stages (Smem::k8_tiles, v8_tiles: B_c rows of kD bytes, a box of whole rows; a paged block's
@@ -491,17 +504,16 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       mbar_wait(&sm.k_empty[s], ((at / T::kStages) & 1) ^ 1);
       if (leader) mbar_arrive_expect_tx(&sm.k_full[s], T::kE4M3Bytes);
       uint8_t* const dst = sm.k_tiles + s * T::kKVBytes;
+      if (paged) {
+        if (slot * box < T::kBc) {
 #pragma unroll
-      for (int cb = 0; cb < T::kD / 128; ++cb) {
-        if (paged) {
-          if (slot * box < T::kBc) {
+          for (int cb = 0; cb < T::kD / 128; ++cb) {
             tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, &params.k_map, &sm.k_full[s],
                         cb * 128, row, kv_head, box_page(p, entry, reads));
           }
-        } else if (leader) {
-          tma_load_4d(dst + cb * T::kBc * 128, &params.k_map, &sm.k_full[s], cb * 128,
-                      int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
         }
+      } else if (leader) {
+        tma_load_k_block<T>(params, sm, s, int(w.seq.k_first) + n * T::kBc, kv_head, w.map_batch);
       }
     };
     auto load_kv = [&](int it) {
@@ -536,37 +548,28 @@ __device__ __forceinline__ void load_convert_e4m3(Params const& params, Smem<T> 
       int const s = int(at % T::kStages), j = int(at % T::kE4M3Slots);
       uint32_t const phase = (at / T::kStages) & 1, phase8 = (at / T::kE4M3Slots) & 1;
       int const keys = w.seq.sk - (w.n_begin + w.n_blocks - 1 - it) * T::kBc;
-      if constexpr (!kKeys8) {
-        mbar_wait(&sm.k8_full[j], phase8);
-        mbar_wait(&sm.k_empty[s], phase ^ 1);
-        convert(sm.k8_tiles + j * T::kE4M3Bytes, sm.k_tiles + s * T::kKVBytes, keys);
+      // One tensor's block from its e4m3 stage j into its 16-bit stage s, once the bytes have
+      // landed and the consumers are done with the stage; then frees stage j.
+      auto convert_block = [&](uint64_t* e4m3_full, uint64_t* e4m3_empty, uint8_t const* from,
+                               uint64_t* full, uint64_t* empty, uint8_t* to) {
+        mbar_wait(e4m3_full, phase8);
+        mbar_wait(empty, phase ^ 1);
+        convert(from, to, keys);
         fence_proxy_async_shared();
-        mbar_arrive(&sm.k_full[s]);
-        mbar_arrive(&sm.k8_empty[j]);
+        mbar_arrive(full);
+        mbar_arrive(e4m3_empty);
+      };
+      if constexpr (!kKeys8) {
+        convert_block(&sm.k8_full[j], &sm.k8_empty[j], sm.k8_tiles + j * T::kE4M3Bytes,
+                      &sm.k_full[s], &sm.k_empty[s], sm.k_tiles + s * T::kKVBytes);
         if (kOneSlot && next) load(it + 1, 0);
       }
-      mbar_wait(&sm.v8_full[j], phase8);
-      mbar_wait(&sm.v_empty[s], phase ^ 1);
-      convert(sm.v8_tiles + j * T::kE4M3Bytes, sm.v_tiles + s * T::kVBytes, keys);
-      fence_proxy_async_shared();
-      mbar_arrive(&sm.v_full[s]);
-      mbar_arrive(&sm.v8_empty[j]);
+      convert_block(&sm.v8_full[j], &sm.v8_empty[j], sm.v8_tiles + j * T::kE4M3Bytes,
+                    &sm.v_full[s], &sm.v_empty[s], sm.v_tiles + s * T::kVBytes);
       if (kOneSlot && next) load(it + 1, 1);
     }
     pipe += w.n_blocks;
   });
-}
-
-// An FP8 tile's key block of K (rows first .. first + B_c - 1 of a dense or varlen problem) into
-// stage s by TMA, one box of 128 columns at a time, by the thread that armed the stage's "full"
-// barrier for its bytes.
-template <class T>
-__device__ __forceinline__ void tma_load_k_block(Params const& params, Smem<T> const& sm, int s,
-                                                 int first, int kv_head, int map_batch) {
-  for (int cb = 0; cb < T::kD / 128; ++cb) {
-    tma_load_4d(sm.k_tiles + s * T::kKVBytes + cb * T::kBc * 128, &params.k_map, &sm.k_full[s],
-                cb * 128, first, kv_head, map_batch);
-  }
 }
 
 // An FP8 tile's producer (e4m3 Q, K and V), run by the producer warpgroup's 128 threads instead
