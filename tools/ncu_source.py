@@ -25,13 +25,13 @@ kernel in each table (--names labels them; by default the first 60 characters of
 - stall reason: each stall_* column's share of the kernel's samples, largest first by the first
   kernel. The page has no column for some reasons (samples waiting on a wgmma land in none), so
   the shares need not add up to 100: "(no stall_ column)" is the rest.
-- loop phase (one table per kernel whose loop holds HGMMA): the loop's instructions in address
-  order, split at wgmma groups. "before first wgmma group" runs up to the first HGMMA; a group
-  starts at an HGMMA whose shape (64x80x16) differs from the previous HGMMA's, or that follows
-  an HGMMA carrying gsb0 (which closes a group), and is named by its shape ("64x80x16 group");
-  the instructions after a group's closing HGMMA, up to the next group, are "after 64x80x16
-  group". A name can recur when the loop issues two groups of a shape. Each phase's static
-  instructions and share of the kernel's samples.
+- loop phase (one table per kernel whose loop holds wgmma: HGMMA, or QGMMA in FP8 kernels): the
+  loop's instructions in address order, split at wgmma groups. "before first wgmma group" runs
+  up to the first wgmma; a group starts at a wgmma whose shape (64x80x16) differs from the
+  previous one's, or that follows a wgmma carrying gsb0 (which closes a group), and is named by
+  its shape ("64x80x16 group"); the instructions after a group's closing wgmma, up to the next
+  group, are "after 64x80x16 group". A name can recur when the loop issues two groups of a
+  shape. Each phase's static instructions and share of the kernel's samples.
 - warp roles (one table per kernel that reallocates registers): the code from a
   USETMAXREG.TRY_ALLOC to the next USETMAXREG is the consumer warpgroups', from a
   USETMAXREG.DEALLOC the producer's, before the first one the prologue; per role its warp stall
@@ -55,6 +55,8 @@ STALL_PREFIX = "stall_"
 LOOP_FLOOR = 0.10  # of the most executed instruction's count: below it, not loop candidates
 OTHER_STALLS = "(no stall_ column)"
 REALLOC = "USETMAXREG"  # setmaxnreg: TRY_ALLOC in the consumers, DEALLOC in the producer
+# wgmma's SASS opcodes: 16-bit (HGMMA), e4m3/e5m2 (QGMMA), 8-bit integer (IGMMA), 1-bit (BGMMA).
+WGMMA = ("HGMMA", "QGMMA", "IGMMA", "BGMMA")
 
 
 @dataclass
@@ -207,14 +209,14 @@ def stalls(kernel):
 
 def phases(loop, samples):
     """[(phase, static instructions, % of the kernel's `samples`)] of the loop's instructions in
-    address order (see the module's manual), or [] where the loop holds no HGMMA."""
-    if not any(i.opcode == "HGMMA" for i in loop):
+    address order (see the module's manual), or [] where the loop holds no wgmma."""
+    if not any(i.opcode in WGMMA for i in loop):
         return []
     split = [["before first wgmma group", 0, 0]]
     shape, closed = None, False
     for i in loop:
-        if i.opcode == "HGMMA":
-            this = i.mnemonic.split(".")[1]  # HGMMA.64x80x16.F32.BF16
+        if i.opcode in WGMMA:
+            this = i.mnemonic.split(".")[1]  # HGMMA.64x80x16.F32.BF16, QGMMA.64x192x32.F32.E4M3
             if this != shape or closed:
                 split.append([f"{this} group", 0, 0])
             shape, closed = this, "gsb0" in i.source

@@ -184,6 +184,17 @@ class NcuSourceTest(unittest.TestCase):
             ("64x80x16 group", 1, 25.0), ("after 64x80x16 group", 1, 25.0),
             ("64x80x16 group", 2, 50.0)])
 
+    def test_fp8_groups_are_phases_too(self):
+        loop = [ncu_source.Instruction(a, s, 1, 1, {}) for a, s in [
+            (0, "FMNMX R8, R26, R17, !PT"),
+            (1, "QGMMA.64x192x32.F32.E4M3.E4M3 R24, R196, gdesc[UR8], RZ, !UPT"),
+            (2, "QGMMA.64x192x32.F32.E4M3.E4M3 R24, R192, gdesc[UR24], R24, gsb0"),
+            (3, "MUFU.EX2 R26, R26"),
+            (4, "QGMMA.64x128x32.F32.E4M3.E4M3 R120, R200, gdesc[UR8], R120, gsb0")]]
+        self.assertEqual(ncu_source.phases(loop, 5), [
+            ("before first wgmma group", 1, 20.0), ("64x192x32 group", 2, 40.0),
+            ("after 64x192x32 group", 1, 20.0), ("64x128x32 group", 1, 20.0)])
+
     def test_main_prints_tables_side_by_side(self):
         text = run([self.path, "--names", "ours,fa4", "--top", "2", "--markdown"])
         self.assertIn("| kernel | ours | fa4 |", text)
