@@ -6,15 +6,18 @@ which times through PyTorch and has no e4m3 inputs).
 
     python3 tools/bench_clocks.py --bench build/bench/flashattn_bench --out DIR \\
         [--points 128:2048:0,128:8192:0,...] [--dtypes bf16,e4m3] [--rounds 2] \\
-        [--window-ms 1500] [--sms 132]
+        [--window-ms 1500] [--settle-ms 1000] [--sms 132]
 
 Points are d:seqlen:causal on flashattn_bench's FA-paper grid (its heads and batch). At each
 point the dtypes take turns, --rounds times; each turn is one flashattn_bench call (`--iters 2
 --window-ms W`: after its calibration and warm-up launches, two back-to-back windows of W ms)
 while nvidia-smi samples the SM clock, board power and throttle reasons every 20 ms
-(dtype_clocks.sampler). A call's clock and power are the means of the samples in its last
-2 x W ms, its timed windows. Writes DIR/results.csv (a row per call) and DIR/nvidia-smi.csv,
-and prints per point and dtype (medians over the rounds): TFLOP/s, MHz, W, the speed, clock
+(dtype_clocks.sampler). A call's clock and power are the means of the samples from --settle-ms
+into its timed windows (the last 2 x W ms before the call returned) to 100 ms before it
+returned: nvidia-smi's power.draw is an average that lags the load (from an idle gap it climbs
+for about 0.8 s). Writes DIR/results.csv (a row per call, with the span its means cover in
+seconds since the epoch) and DIR/nvidia-smi.csv, and prints per point and dtype (medians over
+the rounds): TFLOP/s, MHz, W, the speed, clock
 and speed-per-clock over the first dtype's, and the share of the dtype's tensor peak per clock
 reached (TFLOP/s over MHz x --sms x 4096 FLOP a cycle for 16-bit types, 8192 for e4m3: Hopper's
 dense rates per SM).
@@ -38,7 +41,7 @@ def parse_points(text):
     points = []
     for part in filter(None, text.split(",")):
         fields = part.split(":")
-        if len(fields) != 3 or not all(f.isdigit() for f in fields) or fields[2] not in "01":
+        if len(fields) != 3 or not all(f.isdigit() for f in fields) or fields[2] not in ("0", "1"):
             raise ValueError(f"bad point '{part}' (expected d:seqlen:causal, causal 0 or 1)")
         points.append((int(fields[0]), int(fields[1]), int(fields[2])))
     if not points:
@@ -52,6 +55,16 @@ def bench_tflops(stdout):
     if not rows or "tflops" not in rows[-1]:
         raise ValueError("no flashattn_bench CSV row in the call's output")
     return float(rows[-1]["tflops"]), rows[-1]["kernel"]
+
+
+def sampled_span(t0, t1, window_ms, settle_ms):
+    """(from, to) in seconds since the epoch: the part of a call (started t0, returned t1) whose
+    samples count: its two timed windows, the last 2 x window_ms before t1, less their first
+    settle_ms and the call's last 100 ms (the process's exit, the GPU idle); never before t0,
+    and at least 50 ms long."""
+    end = t1 - 0.1
+    start = max(t0, t1 - 2 * window_ms / 1e3 + settle_ms / 1e3)
+    return min(start, end - 0.05), end
 
 
 def summary(rows, dtypes, sms):
@@ -89,12 +102,16 @@ def main():
     ap.add_argument("--dtypes", default="bf16,e4m3")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window-ms", type=float, default=1500.0)
+    ap.add_argument("--settle-ms", type=float, default=1000.0,
+                    help="leave out each call's first MS of timed windows (power.draw lags)")
     ap.add_argument("--sms", type=int, default=132, help="the GPU's SMs (H100 and H200 SXM: 132)")
     args = ap.parse_args()
     try:
         points = parse_points(args.points)
     except ValueError as e:
         sys.exit(str(e))
+    if args.rounds < 1:
+        sys.exit(f"--rounds {args.rounds}: at least 1")
     dtypes = args.dtypes.split(",")
     bad = [d for d in dtypes if d not in PEAK_FLOP_PER_CYCLE]
     if bad:
@@ -125,17 +142,20 @@ def main():
         smi.terminate()
         smi.wait()
     got = samples(smi_path)
-    timed = 2 * args.window_ms / 1e3
     rows = []
     for r, (d, s, causal), dt, tf, kernel, t0, t1 in calls:
-        mhz, watts, n, reasons = window_stats(got, max(t0, t1 - timed), t1)
+        start, end = sampled_span(t0, t1, args.window_ms, args.settle_ms)
+        # window_stats starts 50 ms after its first bound (dtype_clocks' tail of the call before).
+        mhz, watts, n, reasons = window_stats(got, start - 0.05, end)
         rows.append(dict(round=r, head_dim=d, seqlen=s, causal=causal, dtype=dt, tflops=tf,
-                         sm_mhz=mhz, watts=watts, samples=n, reasons=reasons, kernel=kernel))
+                         sm_mhz=mhz, watts=watts, samples=n, reasons=reasons, kernel=kernel,
+                         sampled_from=round(start, 3), sampled_to=round(end, 3)))
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    print(f"\nmedians over {args.rounds} rounds; ratios to {dtypes[0]}")
+    print(f"\nmedians over {args.rounds} rounds; ratios to {dtypes[0]}; clock and power over "
+          f"each call's timed windows past their first {args.settle_ms:.0f} ms")
     print("| d, keys, causal | dtype | TFLOP/s | SM MHz | W | speed | clock | per clock | "
           "of peak per clock |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -26,7 +26,7 @@ class Points(unittest.TestCase):
                          [(128, 2048, 0), (256, 8192, 1)])
 
     def test_refuses_bad_entries(self):
-        for text in ("128:2048", "128:2048:2", "a:1:0", ""):
+        for text in ("128:2048", "128:2048:2", "128:2048:01", "a:1:0", ""):
             with self.assertRaises(ValueError):
                 bench_clocks.parse_points(text)
 
@@ -37,9 +37,27 @@ class BenchOutput(unittest.TestCase):
         self.assertEqual(tf, 896.2)
         self.assertEqual(kernel, "(E4M3, 128, 128, 192, 12): sm90+stages_2+overlap+persistent")
 
+    def test_takes_the_last_row(self):
+        two = BENCH_OUT + '"(E4M3, 128, 128, 128, 12): sm90",e4m3,128,0,2048,8,16,0.37,750.1,128\n'
+        self.assertEqual(bench_clocks.bench_tflops(two), (750.1, "(E4M3, 128, 128, 128, 12): sm90"))
+
     def test_refuses_output_without_a_row(self):
         with self.assertRaises(ValueError):
             bench_clocks.bench_tflops("libflashattn 0.3.0 on NVIDIA H200\n")
+
+
+class Span(unittest.TestCase):
+    def test_the_timed_windows_past_the_settling_less_the_exit(self):
+        # A call of 10 s whose two 1.5 s windows end at its return: samples from 1 s into them.
+        start, end = bench_clocks.sampled_span(100.0, 110.0, 1500.0, 1000.0)
+        self.assertAlmostEqual(start, 108.0)
+        self.assertAlmostEqual(end, 109.9)
+
+    def test_never_before_the_call_and_never_empty(self):
+        start, end = bench_clocks.sampled_span(100.0, 101.0, 1500.0, 0.0)
+        self.assertEqual((start, end), (100.0, 100.9))
+        start, end = bench_clocks.sampled_span(100.0, 101.0, 100.0, 5000.0)
+        self.assertAlmostEqual(end - start, 0.05)
 
 
 class Summary(unittest.TestCase):
