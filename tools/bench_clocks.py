@@ -12,7 +12,7 @@ Points are d:seqlen:causal on flashattn_bench's FA-paper grid (its heads and bat
 point the dtypes take turns, --rounds times; each turn is one flashattn_bench call (`--iters 2
 --window-ms W`: after its calibration and warm-up launches, two back-to-back windows of W ms)
 while nvidia-smi samples the SM clock, board power and throttle reasons every 20 ms
-(dtype_clocks.sampler). A call's clock and power are the means of the samples from --settle-ms
+(dtype_clocks.sampling). A call's clock and power are the means of the samples from --settle-ms
 into its timed windows (the last 2 x W ms before the call returned) to 100 ms before it
 returned: nvidia-smi's power.draw is an average that lags the load (from an idle gap it climbs
 for about 0.8 s). Writes DIR/results.csv (a row per call, with the span its means cover in
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dtype_clocks import sampler, samples, window_stats  # noqa: E402
+from dtype_clocks import samples, sampling, window_stats  # noqa: E402
 
 PEAK_FLOP_PER_CYCLE = {"bf16": 4096, "fp16": 4096, "e4m3": 8192}  # per SM, dense, sm_90
 
@@ -120,9 +120,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     smi_path = out / "nvidia-smi.csv"
-    smi = sampler(smi_path)
     calls = []  # (round, point, dtype, tflops, kernel, t0, t1)
-    try:
+    with sampling(smi_path):
         for r in range(args.rounds):
             for d, s, causal in points:
                 for dt in dtypes:
@@ -137,10 +136,6 @@ def main():
                     tf, kernel = bench_tflops(run.stdout)
                     calls.append((r, (d, s, causal), dt, tf, kernel, t0, t1))
                     print(f"round {r} {d}:{s}:{causal} {dt}: {tf:.1f} TFLOP/s", flush=True)
-    finally:
-        time.sleep(0.2)
-        smi.terminate()
-        smi.wait()
     got = samples(smi_path)
     rows = []
     for r, (d, s, causal), dt, tf, kernel, t0, t1 in calls:

@@ -20,6 +20,7 @@ Writes results.csv (a row per window) and prints, per point and backend, each in
 clock and power (medians over the rounds) and the two ratios to bf16.
 """
 import argparse
+import contextlib
 import csv
 import datetime
 import statistics
@@ -45,6 +46,19 @@ def sampler(path):
             return proc
         f.close()
     sys.exit("nvidia-smi could not sample the GPU")
+
+
+@contextlib.contextmanager
+def sampling(path):
+    """nvidia-smi sampling into `path` (sampler) for the `with` block's duration, stopped 0.2 s
+    after it ends (the last call's tail in the file), also when the block raises."""
+    smi = sampler(path)
+    try:
+        yield
+    finally:
+        time.sleep(0.2)
+        smi.terminate()
+        smi.wait()
 
 
 def samples(path):
@@ -91,10 +105,9 @@ def main():
     gpu = torch.cuda.get_device_name()
     print(f"GPU: {gpu}", flush=True)
     smi_path = out / "nvidia-smi.csv"
-    smi = sampler(smi_path)
     windows = []  # (point, backend, variant, round, ms, tflops, t0, t1)
     gen = torch.Generator(device="cuda").manual_seed(2027)
-    try:
+    with sampling(smi_path):
         for point in args.points.split(","):
             d, s, causal = (int(x) for x in point.split(":"))
             h, b = heads_for(d), TOKENS // s
@@ -118,10 +131,6 @@ def main():
                 del steps
             del inputs
             torch.cuda.empty_cache()
-    finally:
-        time.sleep(0.2)
-        smi.terminate()
-        smi.wait()
     got = samples(smi_path)
     rows = []
     for point, name, v, r, ms, tf, t0, t1 in windows:

@@ -60,5 +60,39 @@ class WindowStats(unittest.TestCase):
                          ("", "", 0, ""))
 
 
+class Sampling(unittest.TestCase):
+    """The sampler is stopped when the block ends, also when it raises (nvidia-smi stood in
+    for by an object that records its stop)."""
+
+    def setUp(self):
+        self.stopped = []
+        test = self
+
+        class FakeSmi:
+            def terminate(self):
+                test.stopped.append("terminate")
+
+            def wait(self):
+                test.stopped.append("wait")
+
+        self.saved = dtype_clocks.sampler, dtype_clocks.time.sleep
+        dtype_clocks.sampler = lambda path: FakeSmi()
+        dtype_clocks.time.sleep = lambda seconds: None
+
+    def tearDown(self):
+        dtype_clocks.sampler, dtype_clocks.time.sleep = self.saved
+
+    def test_stops_after_the_block(self):
+        with dtype_clocks.sampling("unused.csv"):
+            self.assertEqual(self.stopped, [])
+        self.assertEqual(self.stopped, ["terminate", "wait"])
+
+    def test_stops_when_the_block_raises(self):
+        with self.assertRaises(SystemExit):
+            with dtype_clocks.sampling("unused.csv"):
+                raise SystemExit("a benchmark call failed")
+        self.assertEqual(self.stopped, ["terminate", "wait"])
+
+
 if __name__ == "__main__":
     unittest.main()
