@@ -194,7 +194,19 @@ void check_result(FeatureData const& d, std::string const& what,
   CHECK(e.bad == 0);
   CHECK(e.written_past == 0);
   CHECK(e.o_max <= o_bound(d.c.o_type()) * v_max);
-  CHECK(e.lse_max <= kLseBound);
+  // bf16 queries against an e4m3 cache run S = Q K^T on wgmma's e4m3 form on Hopper (each query
+  // row as two e4m3 rows: the sm90 tiles' kE4M3Keys), whose sums of FP8 products keep fewer
+  // mantissa bits than fp32: the LSE bound adds check_fp8's 2^-13 of the largest sum of
+  // |products| a score can have (inputs below 1: head_dim times the scale and the largest k
+  // descale). Seen: 0.00202 at d 256, causal, 177 rows, per-tensor descales.
+  double lse_bound = kLseBound;
+  if (d.c.dtype == FA_DTYPE_BF16 && d.c.kv_type() == FA_DTYPE_E4M3) {
+    double k_max = 1.0;
+    for (float x : d.k_descale) k_max = std::max(k_max, static_cast<double>(x));
+    lse_bound += 0x1p-13 * d.c.effective_scale() * static_cast<double>(d.c.head_dim) * k_max;
+  }
+  INFO("lse bound " << lse_bound);
+  CHECK(e.lse_max <= lse_bound);
 }
 void check_result(FeatureData const& d, std::string const& what) {
   check_result(d, what, fa_test::feature_reference(d));

@@ -355,6 +355,7 @@ __device__ __forceinline__ int box_page(ForwardParams const& p, int entry, bool 
 template <class T>
 __device__ __forceinline__ void tma_load_k_block(Params const& params, Smem<T> const& sm, int s,
                                                  int first, int kv_head, int map_batch) {
+#pragma unroll
   for (int cb = 0; cb < T::kD / 128; ++cb) {
     tma_load_4d(sm.k_tiles + s * T::kKVBytes + cb * T::kBc * 128, &params.k_map, &sm.k_full[s],
                 cb * 128, first, kv_head, map_batch);

@@ -249,33 +249,27 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   constexpr bool kQInRegs =
       kFp8 && T::kBc / 2 + T::kPRegs + T::kDv / 2 + 16 <= T::kConsumerRegs - 24;
   constexpr int kQRegSteps = kQInRegs ? (kQkSteps < 4 ? kQkSteps : 4) : 0;
-  uint32_t qa[kQRegSteps > 0 ? kQRegSteps : 1][4];
-  if constexpr (kFp8) {
-    if (n_blocks > 0) {
-      int const j = lane / 8, warp = (threadIdx.x / 32) % 4;
-      uint32_t const row_at = q_base + uint32_t((16 * warp + 8 * (j & 1) + lane % 8) * 128);
-#pragma unroll
-      for (int kk = 0; kk < kQRegSteps; ++kk) {
-        int const chunk = 2 * kk + j / 2;  // of the row's first 128 bytes, swizzled
-        ptx::ldmatrix_x4(qa[kk], row_at + uint32_t((chunk ^ (lane % 8)) * 16));
-      }
-    }
-  }
   // kE4M3Keys at d 128: the hi rows' A operand in registers, loaded once per tile as an FP8
   // tile's Q (the lo rows' from shared memory: both in registers spilled 16 bytes).
   constexpr bool kHiInRegs = kE4M3Keys && T::kD == 128;
-  uint32_t qh[kHiInRegs ? 4 : 1][4];
-  if constexpr (kHiInRegs) {
+  // The A operand of the first kSteps k32 steps of the e4m3 rows at q_base (the warpgroup's 64
+  // rows of 128 swizzled bytes), one ldmatrix.x4 per step: matrices rows +0 and +8 of the
+  // warp's 16, bytes 0-15 and 16-31 of the step (the A layout, four bytes of a row a register).
+  auto load_a = [&](auto& a, auto steps) {
     if (n_blocks > 0) {
       int const j = lane / 8, warp = (threadIdx.x / 32) % 4;
       uint32_t const row_at = q_base + uint32_t((16 * warp + 8 * (j & 1) + lane % 8) * 128);
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        int const chunk = 2 * kk + j / 2;
-        ptx::ldmatrix_x4(qh[kk], row_at + uint32_t((chunk ^ (lane % 8)) * 16));
+      for (int kk = 0; kk < decltype(steps)::value; ++kk) {
+        int const chunk = 2 * kk + j / 2;  // of the row's first 128 bytes, swizzled
+        ptx::ldmatrix_x4(a[kk], row_at + uint32_t((chunk ^ (lane % 8)) * 16));
       }
     }
-  }
+  };
+  uint32_t qa[kQRegSteps > 0 ? kQRegSteps : 1][4];
+  if constexpr (kFp8) load_a(qa, std::integral_constant<int, kQRegSteps>{});
+  uint32_t qh[kHiInRegs ? 4 : 1][4];
+  if constexpr (kHiInRegs) load_a(qh, std::integral_constant<int, 4>{});
   // Issues S = Q K^T for the key block in `slot` into `sc` (committed, not waited for).
   auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
     uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
