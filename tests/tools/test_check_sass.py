@@ -107,6 +107,23 @@ class KernelRows(unittest.TestCase):
         (row,) = self.rows([(mangled(b_c=176), loop(80, 0))])  # a 176-key block needs 88
         self.assertFalse(row["ok"])
 
+    def test_fp8_d_256_plain_kernels_run_their_exponentials_after_the_wait(self):
+        # kernel.cuh's kSplitSoftmax: the row maxima (and a moved row's rescale) before the wait
+        # for P V, the 64 exponentials of a 128-key block after it; under it they fail, as does
+        # a 16-bit d 256 kernel or the FP8 general instantiation laid out that way.
+        (split,) = self.rows([(mangled(d=256, b_c=128, dtype=4), loop(2, 64))])
+        self.assertTrue(split["ok"])
+        self.assertEqual(split["kernel"],
+                         "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent")
+        (under,) = self.rows([(mangled(d=256, b_c=128, dtype=4), loop(64, 0))])
+        self.assertFalse(under["ok"])
+        (bf16,) = self.rows([(mangled(d=256, b_c=128), loop(2, 64))])
+        self.assertFalse(bf16["ok"])
+        (general,) = self.rows([(mangled(d=256, b_c=128, dtype=4, general=1), loop(2, 64))])
+        self.assertFalse(general["ok"])
+        (d128,) = self.rows([(mangled(d=128, b_c=192, dtype=4), loop(96, 0))])
+        self.assertTrue(d128["ok"])
+
     def test_kernels_without_overlap_are_not_checked(self):
         body = [QK, W0] + [EXP] * 34 + [QK, W0]
         (row,) = self.rows([(mangled(d=256, b_c=64, overlap=0, persistent=0), body)])

@@ -186,7 +186,20 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
       }
     }
 
-    auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2]) -> bool {
+    // A block's softmax step, or its maxima (kMax, with its mask and transforms) and then its
+    // exponentials (kExp) in two calls, which an FP8 tile's overlapped loop makes with its wait
+    // for the previous block's P V between them (mainloop_mma.cuh). Split in the plain d 256
+    // instantiation only; elsewhere kMax runs the whole step and kExp nothing. H200, FA-paper
+    // grid against the step whole before the wait: d 256 1.018x (1.002-1.036), d 128 0.993x
+    // (0.974-0.987 on the 192-key tile from 2k keys); the general d 256 instantiation's spills
+    // went from 132 to 296 bytes (docs/performance.md, session 65).
+    constexpr bool kSplitSoftmax = T::kFp8 && T::kD == 256 && !kGeneral;
+    auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2],
+                          SoftmaxPart part = SoftmaxPart::kAll) -> bool {
+      if (part == SoftmaxPart::kExp) {
+        if constexpr (kSplitSoftmax) softmax.exp_part(tile_c, sc, rescale);
+        return false;
+      }
       int64_t const key0 = int64_t(w.n_begin + w.n_blocks - 1 - it) * T::kBc;
       if constexpr (kE4M3 || T::kFp8) {
         if (scale_scores) {
@@ -194,7 +207,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
           for (int i = 0; i < T::kBc / 2; ++i) sc[i] *= score_mul[(i >> 1) & 1];
         }
       }
-      return softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
+      return kSplitSoftmax && part == SoftmaxPart::kMax
+                 ? softmax.step_max(p, frame, transform, tile_c, key0, sc, rescale)
+                 : softmax.step(p, frame, transform, tile_c, key0, sc, rescale);
     };
     if constexpr (kQkCols != 0) {
       consume_tile<T, kQkCols / 16, kVCols, kMma>(sm, q_base, pipe, w.n_blocks, lane, turns, o,

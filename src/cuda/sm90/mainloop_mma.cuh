@@ -8,6 +8,7 @@
 
 #include "cuda/ptx.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
+#include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
@@ -415,7 +416,15 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
         // ORed over the warpgroup instead (the wait is .aligned: synccheck failed the warp
         // vote) and O is rescaled only where a row moved its maximum (softmax.cuh). That the
         // exponentials stay above the wait is ptxas's choice: tools/check_sass.py checks it.
-        if (warpgroup_any(turns.wg, softmax(it + 1, sc, rescale))) {
+        //
+        // An FP8 tile's softmax may be split (kernel.cuh's kSplitSoftmax): then the wait comes
+        // after the row maxima, and the exponentials and P's packing after it, in one basic
+        // block. A key timeline of the d 128 tile (8k keys, H200, docs/performance.md session
+        // 65) had each warpgroup's block at about 2900 cycles, 1960-2020 of them softmax and
+        // 290-330 packing P after the wait, with P V long done by the end of the maxima.
+        bool const moved = kFp8 ? softmax(it + 1, sc, rescale, SoftmaxPart::kMax)
+                                : softmax(it + 1, sc, rescale);
+        if (warpgroup_any(turns.wg, moved)) {
           wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
           fence_operands(o);
           rescale_o(rescale);
@@ -424,6 +433,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
           fence_operands(o);
         }
         release(sm.v_empty, cur);
+        if constexpr (kFp8) softmax(it + 1, sc, rescale, SoftmaxPart::kExp);
         to_p(sc, pk);
         cur = nxt;
       }

@@ -32,6 +32,9 @@ struct RowFrame {
   float slope;      // ALiBi, in log2 units like the transformed scores (0 without)
 };
 
+// Which part of a block's softmax step a call runs (kernel.cuh's step, mainloop_mma.cuh).
+enum class SoftmaxPart { kAll, kMax, kExp };
+
 // One tile's running row statistics and its block step.
 template <class T>
 struct OnlineSoftmax {
@@ -67,6 +70,32 @@ struct OnlineSoftmax {
                                        float const (&c)[2], int64_t key0,
                                        float (&sc)[T::kBc / 2],
                                        float (&rescale)[2]) {
+    mask(p, f, transform, key0, sc);
+    // The scale is folded into one FFMA per score before the MUFU.EX2: 2^(s c - m c). Row by
+    // row, each row's maximum and then its exponentials.
+    bool moved = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      moved |= row_max_step(r, c, sc, rescale);
+      row_exp_step(r, c, sc, rescale);
+    }
+    return moved;
+  }
+  // step() up to its exponentials: the scores masked and both rows' maxima; exp_part finishes
+  // it.
+  __device__ __forceinline__ bool step_max(ForwardParams const& p, RowFrame const& f,
+                                           bool transform, float const (&c)[2], int64_t key0,
+                                           float (&sc)[T::kBc / 2], float (&rescale)[2]) {
+    mask(p, f, transform, key0, sc);
+    bool moved = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) moved |= row_max_step(r, c, sc, rescale);
+    return moved;
+  }
+
+  // The score transforms and the mask of step(), in place.
+  __device__ __forceinline__ void mask(ForwardParams const& p, RowFrame const& f, bool transform,
+                                       int64_t key0, float (&sc)[T::kBc / 2]) {
     if (transform) {
       // ALiBi's distance |i + sk - sq - j| from each row's diagonal offset within the block.
       float const diag[2] = {float(f.diag0 - key0), float(f.diag0 + 8 - key0)};
@@ -114,39 +143,53 @@ struct OnlineSoftmax {
         }
       }
     }
-    // The scale is folded into one FFMA per score before the MUFU.EX2: 2^(s c - m c).
-    bool moved = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
-#pragma unroll
-      for (int i = 0; i < T::kBc / 2; ++i) {
-        if (((i >> 1) & 1) == r) mx = fmaxf(mx, sc[i]);
-      }
-      mx = detail::quad_max(mx);
-      // False where the row had no maximum yet (-inf against a finite one: +inf); true where it
-      // still has none (both -inf: NaN), so a row with no visible key yet does not make its
-      // warpgroup rescale O every block. Selects, so both rows' exponentials stay in one basic
-      // block for the scheduler.
-      bool const keep = !((mx - row_max[r]) * c[r] > kStaleLog2);
-      moved |= !keep;
-      mx = keep ? row_max[r] : mx;
-      float const use_c = (mx == -INFINITY ? 0.f : mx) * c[r];
-      rescale[r] = keep ? 1.f : ptx::exp2_approx(fmaf(row_max[r], c[r], -use_c));
-      row_max[r] = mx;
-      float const offset = T::kFp8 ? kPBias - use_c : -use_c;
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < T::kBc / 2; ++i) {
-        if (((i >> 1) & 1) == r) {
-          sc[i] = ptx::exp2_approx(fmaf(sc[i], c[r], offset));
-          sum += sc[i];
-        }
-      }
-      row_sum[r] = row_sum[r] * rescale[r] + sum;
-    }
-    return moved;
   }
+
+  // A row's maximum and O's factor (returns whether the row moved its maximum), and then its
+  // exponentials and sum: step() runs them row by row; an FP8 tile's overlapped loop
+  // (mainloop_mma.cuh) both rows' maxima (step_max), then its wait for the previous block's
+  // P V, then both rows' exponentials (exp_part) and P's packing.
+  __device__ __forceinline__ bool row_max_step(int r, float const (&c)[2],
+                                               float const (&sc)[T::kBc / 2],
+                                               float (&rescale)[2]) {
+    float mx = row_max[r];
+#pragma unroll
+    for (int i = 0; i < T::kBc / 2; ++i) {
+      if (((i >> 1) & 1) == r) mx = fmaxf(mx, sc[i]);
+    }
+    mx = detail::quad_max(mx);
+    // False where the row had no maximum yet (-inf against a finite one: +inf); true where it
+    // still has none (both -inf: NaN), so a row with no visible key yet does not make its
+    // warpgroup rescale O every block. Selects, so both rows' exponentials stay in one basic
+    // block for the scheduler.
+    bool const keep = !((mx - row_max[r]) * c[r] > kStaleLog2);
+    mx = keep ? row_max[r] : mx;
+    float const use_c = (mx == -INFINITY ? 0.f : mx) * c[r];
+    rescale[r] = keep ? 1.f : ptx::exp2_approx(fmaf(row_max[r], c[r], -use_c));
+    row_max[r] = mx;
+    exp_offset[r] = T::kFp8 ? kPBias - use_c : -use_c;
+    return !keep;
+  }
+  __device__ __forceinline__ void row_exp_step(int r, float const (&c)[2],
+                                               float (&sc)[T::kBc / 2],
+                                               float const (&rescale)[2]) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < T::kBc / 2; ++i) {
+      if (((i >> 1) & 1) == r) {
+        sc[i] = ptx::exp2_approx(fmaf(sc[i], c[r], exp_offset[r]));
+        sum += sc[i];
+      }
+    }
+    row_sum[r] = row_sum[r] * rescale[r] + sum;
+  }
+  __device__ __forceinline__ void exp_part(float const (&c)[2], float (&sc)[T::kBc / 2],
+                                           float const (&rescale)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_exp_step(r, c, sc, rescale);
+  }
+
+  float exp_offset[2] = {0.f, 0.f};  // row_max_step's exponent offsets, for row_exp_step
 };
 
 }  // namespace fa::cuda::sm90
