@@ -10,12 +10,13 @@ did, to the top of the basic block holding the softmax, and every overlapped ker
 exponentials after its own P V without a test noticing (docs/performance.md, "the softmax under
 the same warpgroup's P V"). Here, per kernel and in address order, the `MUFU.EX2` instructions
 between a `0x1` wait and the next `0x0` wait are counted, and those after such a `0x0` wait
-before the next HGMMA; an overlapped kernel fails with fewer than B_c / 2 of them in the first
-place (a thread's share of one key block's exponentials; twice that where soft-capping's tanhf
-adds its own) or any in the second. The FP8 d 256 tiles' plain instantiation splits its
-softmax on purpose (kernel.cuh's kSplitSoftmax: the row maxima before the wait for P V, the
-exponentials and P's packing after it; 1.018x on the H200, docs/performance.md session 65):
-it fails with fewer than B_c / 2 exponentials after that wait.
+before the next HGMMA or QGMMA (an FP8 kernel's); an overlapped kernel fails with fewer than
+B_c / 2 of them in the first place (a thread's share of one key block's exponentials; twice
+that where soft-capping's tanhf adds its own) or any in the second. The FP8 d 256 tiles' plain
+instantiation splits its softmax on purpose (kernel.cuh's kSplitSoftmax: the row maxima before
+the wait for P V, the exponentials and P's packing after it; 1.018x on the H200,
+docs/performance.md session 65): it fails with fewer than B_c / 2 FMNMX (the maxima) between
+the two waits or fewer than B_c / 2 exponentials after the second.
 At d 64 and 128 the consumers build each block's descriptors once and step them by constants
 (mainloop_mma.cuh's Slot::kStepped), in uniform registers. ptxas may instead keep them in
 vector registers and move each into a uniform one (R2UR) before its HGMMA: a per-tile Q
@@ -122,13 +123,30 @@ def stack_frames(res_usage):
 EPILOGUE_STORE = re.compile(r"\b(STSM|UTMASTG|STG)\b")
 
 
+def maxima_under(lines):
+    """The fewest FMNMX between a 0x1 wait and the next 0x0 wait, over the key loop's copies
+    (0 where there is none): a split softmax's row maxima, which must stay under P V."""
+    spans, inside, n = [], False, 0
+    for line in lines:
+        w = WAIT.search(line)
+        if w:
+            if w.group(1) == "1":
+                inside, n = True, 0
+            elif inside:
+                spans.append(n)
+                inside = False
+        elif inside and re.search(r"\bFMNMX\b", line):
+            n += 1
+    return min(spans) if spans else 0
+
+
 def overlap_counts(lines):
     """In address order: the MUFU.EX2 count between each 0x1 wait and the next 0x0 wait, and the
     MUFU.EX2 count after such a closing 0x0 wait up to the next HGMMA or QGMMA or 0x1 wait (the
-    key loop runs its softmax there when the wait for P V has been moved above it). Exponentials followed
-    by a store of O before that are the epilogue's (an attention sink's terms after the last
-    P V: the FP8 tile's general instantiation lays them out right after the loop's wait) and
-    are not counted."""
+    key loop runs its softmax there when the wait for P V has been moved above it).
+    Exponentials followed by a store of O before that are the epilogue's (an attention sink's
+    terms after the last P V: the FP8 tile's general instantiation lays them out right after
+    the loop's wait) and are not counted."""
     spans, after, inside, closed, n, pending = [], 0, False, False, 0, 0
     for line in lines:
         w = WAIT.search(line)
@@ -153,8 +171,9 @@ def overlap_counts(lines):
 
 
 def descriptor_moves(lines):
-    """The HGMMAs, past the first of each group (a group starts at WARPGROUP.ARRIVE), and how
-    many of them an R2UR precedes since the previous HGMMA: (moved, counted)."""
+    """The HGMMAs (QGMMAs in an FP8 kernel), past the first of each group (a group starts at
+    WARPGROUP.ARRIVE), and how many of them an R2UR precedes since the previous one: (moved,
+    counted)."""
     moved = counted = 0
     first, r2ur = True, False
     for line in lines:
@@ -162,7 +181,7 @@ def descriptor_moves(lines):
             first, r2ur = True, False
         elif "R2UR" in line:
             r2ur = True
-        elif "HGMMA" in line:
+        elif "HGMMA" in line or "QGMMA" in line:
             if not first:
                 counted += 1
                 moved += r2ur
@@ -214,8 +233,10 @@ def kernel_rows(sass, frames):
         row["stack_bytes"] = frames.get(name, -1)
         row["hgmma_r2ur"], row["hgmma_counted"] = descriptor_moves(body)
         row["local_consumer"], row["local_producer"] = local_accesses(body)
+        row["max_under_pv"] = maxima_under(body)
         if row["split"]:
-            row["softmax_ok"] = after >= row["b_c"] // 2
+            row["softmax_ok"] = not row["overlap"] or (row["max_under_pv"] >= row["b_c"] // 2 and
+                                                       after >= row["b_c"] // 2)
         else:
             row["softmax_ok"] = not row["overlap"] or (
                 row["exp_under_pv"] >= expected_under(row) and after == 0)
@@ -267,9 +288,9 @@ def main():
     if not rows:
         print("check_sass: no sm90 forward kernel in " + ", ".join(args.files), file=sys.stderr)
         return 2
-    fields = ["file", "kernel", "variant", "transforms", "overlap", "b_c", "exp_under_pv",
-              "exp_after_pv", "hgmma_r2ur", "hgmma_counted", "stack_bytes", "local_consumer",
-              "local_producer", "ok"]
+    fields = ["file", "kernel", "variant", "transforms", "overlap", "b_c", "max_under_pv",
+              "exp_under_pv", "exp_after_pv", "hgmma_r2ur", "hgmma_counted", "stack_bytes",
+              "local_consumer", "local_producer", "ok"]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")

@@ -54,6 +54,19 @@ def loop(exps_under, exps_after):
             [EXP] * exps_after + ["F2FP.BF16.F32.PACK_AB R120, R25, R24", QK])
 
 
+FP8_QK = "QGMMA.64x128x32.F32.E4M3.E4M3 R24, R96, gdesc[UR16], R24, gsb0"
+MAX = "FMNMX R11, R24, R11, !PT"
+
+
+def fp8_loop(maxima, exps_under, exps_after):
+    """An FP8 kernel's key loop: Q K^T and P V issued (QGMMA), the wait for Q K^T, `maxima`
+    FMNMX and `exps_under` exponentials, the wait for P V in both arms of a branch,
+    `exps_after` exponentials and P's packing, then the next issue."""
+    return ([FP8_QK, FP8_QK, W1] + [MAX] * maxima + [EXP] * exps_under +
+            ["@P0 BRA 0x100", W0, "BRA 0x200", W0] + [EXP] * exps_after +
+            ["F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C R152, R153, RZ, RZ", FP8_QK])
+
+
 class KernelRows(unittest.TestCase):
     def rows(self, functions, frames=None):
         return check_sass.kernel_rows(listing(functions), frames or {})
@@ -109,20 +122,39 @@ class KernelRows(unittest.TestCase):
 
     def test_fp8_d_256_plain_kernels_run_their_exponentials_after_the_wait(self):
         # kernel.cuh's kSplitSoftmax: the row maxima (and a moved row's rescale) before the wait
-        # for P V, the 64 exponentials of a 128-key block after it; under it they fail, as does
-        # a 16-bit d 256 kernel or the FP8 general instantiation laid out that way.
-        (split,) = self.rows([(mangled(d=256, b_c=128, dtype=4), loop(2, 64))])
+        # for P V, the 64 exponentials of a 128-key block after it, up to the next QGMMA; under
+        # it they fail, as do a 16-bit d 256 kernel or the FP8 general instantiation laid out
+        # that way, and a split kernel whose wait ptxas moved above its maxima.
+        fp8 = mangled(d=256, b_c=128, dtype=4)
+        (split,) = self.rows([(fp8, fp8_loop(68, 2, 64))])
         self.assertTrue(split["ok"])
+        self.assertEqual((split["max_under_pv"], split["exp_under_pv"], split["exp_after_pv"]),
+                         (68, 2, 64))
         self.assertEqual(split["kernel"],
                          "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent")
-        (under,) = self.rows([(mangled(d=256, b_c=128, dtype=4), loop(64, 0))])
+        (under,) = self.rows([(fp8, fp8_loop(68, 64, 0))])
         self.assertFalse(under["ok"])
-        (bf16,) = self.rows([(mangled(d=256, b_c=128), loop(2, 64))])
+        (hoisted,) = self.rows([(fp8, fp8_loop(0, 0, 66))])
+        self.assertFalse(hoisted["ok"])
+        (bf16,) = self.rows([(mangled(d=256, b_c=128), fp8_loop(68, 2, 64))])
         self.assertFalse(bf16["ok"])
-        (general,) = self.rows([(mangled(d=256, b_c=128, dtype=4, general=1), loop(2, 64))])
+        (general,) = self.rows([(mangled(d=256, b_c=128, dtype=4, general=1),
+                                 fp8_loop(68, 2, 64))])
         self.assertFalse(general["ok"])
-        (d128,) = self.rows([(mangled(d=128, b_c=192, dtype=4), loop(96, 0))])
+        (d128,) = self.rows([(mangled(d=128, b_c=192, dtype=4), fp8_loop(100, 96, 0))])
         self.assertTrue(d128["ok"])
+
+    def test_a_qgmma_ends_the_count_and_its_descriptors_are_checked(self):
+        # Exponentials after an FP8 kernel's next issue are the next block's, not this one's;
+        # an R2UR before a QGMMA past its group's first counts as a moved descriptor.
+        body = fp8_loop(100, 96, 0) + [EXP] * 8
+        (row,) = self.rows([(mangled(d=128, b_c=192, dtype=4), body)])
+        self.assertEqual(row["exp_after_pv"], 0)
+        arrive, r2ur = "WARPGROUP.ARRIVE", "R2UR UR18, R16"
+        moved = [arrive, FP8_QK, r2ur, FP8_QK, r2ur, FP8_QK] + fp8_loop(100, 96, 0)
+        (row,) = self.rows([(mangled(d=128, b_c=192, dtype=4), moved)])
+        self.assertEqual((row["hgmma_r2ur"], row["hgmma_counted"]), (2, 5))
+        self.assertFalse(row["ok"])
 
     def test_kernels_without_overlap_are_not_checked(self):
         body = [QK, W0] + [EXP] * 34 + [QK, W0]

@@ -187,12 +187,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     }
 
     // A block's softmax step, or its maxima (kMax, with its mask and transforms) and then its
-    // exponentials (kExp) in two calls, which an FP8 tile's overlapped loop makes with its wait
-    // for the previous block's P V between them (mainloop_mma.cuh). Split in the plain d 256
+    // exponentials (kExp) in two calls, which the overlapped loop makes with its wait for the
+    // previous block's P V between them (mainloop_mma.cuh). Split in the FP8 d 256 tiles' plain
     // instantiation only; elsewhere kMax runs the whole step and kExp nothing. H200, FA-paper
-    // grid against the step whole before the wait: d 256 1.018x (1.002-1.036), d 128 0.993x
-    // (0.974-0.987 on the 192-key tile from 2k keys); the general d 256 instantiation's spills
-    // went from 132 to 296 bytes (docs/performance.md, session 65).
+    // grid, every FP8 tile split against none: d 256 1.018x (1.002-1.036), d 128 0.993x
+    // (0.974-0.987 on the 192-key tile from 2k keys); split, the general d 256 instantiation
+    // spilled 296 bytes where it spills 132, so it is not (docs/performance.md, session 65).
     constexpr bool kSplitSoftmax = T::kFp8 && T::kD == 256 && !kGeneral;
     auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2],
                           SoftmaxPart part = SoftmaxPart::kAll) -> bool {

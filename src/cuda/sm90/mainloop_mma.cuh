@@ -253,9 +253,8 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   // kE4M3Keys at d 128: the hi rows' A operand in registers, loaded once per tile as an FP8
   // tile's Q (the lo rows' from shared memory: both in registers spilled 16 bytes).
   constexpr bool kHiInRegs = kE4M3Keys && T::kD == 128;
-  // The A operand of the first kSteps k32 steps of the e4m3 rows at q_base (the warpgroup's 64
-  // rows of 128 swizzled bytes), one ldmatrix.x4 per step: matrices rows +0 and +8 of the
-  // warp's 16, bytes 0-15 and 16-31 of the step (the A layout, four bytes of a row a register).
+  // The A operand of the first `steps` k32 steps of the e4m3 rows at q_base, loaded as the
+  // kQInRegs note above says.
   auto load_a = [&](auto& a, auto steps) {
     if (n_blocks > 0) {
       int const j = lane / 8, warp = (threadIdx.x / 32) % 4;
@@ -417,13 +416,14 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
         // vote) and O is rescaled only where a row moved its maximum (softmax.cuh). That the
         // exponentials stay above the wait is ptxas's choice: tools/check_sass.py checks it.
         //
-        // An FP8 tile's softmax may be split (kernel.cuh's kSplitSoftmax): then the wait comes
-        // after the row maxima, and the exponentials and P's packing after it, in one basic
-        // block. A key timeline of the d 128 tile (8k keys, H200, docs/performance.md session
-        // 65) had each warpgroup's block at about 2900 cycles, 1960-2020 of them softmax and
-        // 290-330 packing P after the wait, with P V long done by the end of the maxima.
-        bool const moved = kFp8 ? softmax(it + 1, sc, rescale, SoftmaxPart::kMax)
-                                : softmax(it + 1, sc, rescale);
+        // The softmax runs in two calls (kMax, then after the wait kExp), which kernel.cuh's
+        // kSplitSoftmax makes a split in the FP8 d 256 tiles' plain instantiation: there the
+        // wait comes after the row maxima, and the exponentials run after it, in one basic
+        // block with P's packing; elsewhere kMax runs the whole step and kExp nothing. A key
+        // timeline of the FP8 d 128 tile (8k keys, H200, docs/performance.md session 65) had
+        // each warpgroup's block at about 2900 cycles, 1960-2020 of them softmax and 290-330
+        // packing P after the wait for P V, which then took 23-28 cycles.
+        bool const moved = softmax(it + 1, sc, rescale, SoftmaxPart::kMax);
         if (warpgroup_any(turns.wg, moved)) {
           wgmma_wait<0>();  // P V of block it is done: its P registers and V stage are free
           fence_operands(o);
@@ -433,7 +433,7 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
           fence_operands(o);
         }
         release(sm.v_empty, cur);
-        if constexpr (kFp8) softmax(it + 1, sc, rescale, SoftmaxPart::kExp);
+        softmax(it + 1, sc, rescale, SoftmaxPart::kExp);
         to_p(sc, pk);
         cur = nxt;
       }

@@ -81,8 +81,8 @@ struct OnlineSoftmax {
     }
     return moved;
   }
-  // step() up to its exponentials: the scores masked and both rows' maxima; exp_part finishes
-  // it.
+  // step()'s mask, and both rows' maxima and O's factors; exp_part then runs both rows'
+  // exponentials and sums (step() with its rows' parts reordered).
   __device__ __forceinline__ bool step_max(ForwardParams const& p, RowFrame const& f,
                                            bool transform, float const (&c)[2], int64_t key0,
                                            float (&sc)[T::kBc / 2], float (&rescale)[2]) {
@@ -146,9 +146,9 @@ struct OnlineSoftmax {
   }
 
   // A row's maximum and O's factor (returns whether the row moved its maximum), and then its
-  // exponentials and sum: step() runs them row by row; an FP8 tile's overlapped loop
-  // (mainloop_mma.cuh) both rows' maxima (step_max), then its wait for the previous block's
-  // P V, then both rows' exponentials (exp_part) and P's packing.
+  // exponentials and sum: step() runs them row by row; the FP8 d 256 tiles' plain
+  // instantiation (kernel.cuh's kSplitSoftmax) both rows' maxima (step_max), then its wait for
+  // the previous block's P V, then both rows' exponentials (exp_part) and P's packing.
   __device__ __forceinline__ bool row_max_step(int r, float const (&c)[2],
                                                float const (&sc)[T::kBc / 2],
                                                float (&rescale)[2]) {
@@ -189,7 +189,9 @@ struct OnlineSoftmax {
     for (int r = 0; r < 2; ++r) row_exp_step(r, c, sc, rescale);
   }
 
-  float exp_offset[2] = {0.f, 0.f};  // row_max_step's exponent offsets, for row_exp_step
+  // row_max_step's exponent offsets, for row_exp_step (always set before they are read; zero
+  // so that no member starts indeterminate)
+  float exp_offset[2] = {0.f, 0.f};
 };
 
 }  // namespace fa::cuda::sm90
