@@ -86,12 +86,25 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
     if (per_sm >= 2) return static_cast<int>(per_sm);
   }
   // Fill one wave of resident blocks when the unsplit grid leaves SMs idle (decode), with each
-  // split keeping at least 4 key blocks so its partial output (one row of d floats) stays
-  // small against the keys it reads. Among the counts up to twice that, take the one whose
-  // last wave is fullest (ties: fewer splits).
+  // split keeping at least 4 key blocks so its partial output (one row of d floats) stays small
+  // against the keys it reads. Where more than one block fits per SM, one wave holding 90% of the
+  // slots or more, with splits of at most 32 key blocks, is taken over two fuller waves: measured
+  // on the H200 (d 128, 32/8 heads, bf16 and e4m3 caches, pages 0 and 16; decode_bench,
+  // docs/performance.md session 66), batch 2 at 32k and 64k keys (16 and 32 key blocks a split) ran
+  // 1.05-1.20x with 16 splits (256 blocks, 0.97 of the slots) against the 33 (two full waves)
+  // picked below, batches 5 and 6 at 8k 1.05-1.12x with 6 and 5 splits (240 blocks, 0.91) against
+  // 13 and 11; with longer splits (32k and 64k keys, 43-102 key blocks) that wave of 0.91 ran
+  // 0.97-1.04x, so two waves stay there. Otherwise, among the counts up to twice that, take the one
+  // whose last wave is fullest (ties: fewer splits).
   int64_t const most = std::min<int64_t>({256, key_blocks / 4, INT32_MAX / std::max<int64_t>(base, 1)});
   int splits = 1;
   if (base < capacity && most > 1) {
+    int64_t const one_wave = std::min(most, capacity / std::max<int64_t>(base, 1));
+    int64_t const slots = base * one_wave;
+    if (capacity > sms && one_wave > 1 && 10 * slots >= 9 * capacity &&
+        key_blocks <= 32 * one_wave) {
+      return static_cast<int>(one_wave);
+    }
     int64_t const target = std::min(most, (capacity + base - 1) / base);
     double best = 0.0;
     for (int64_t n = std::max<int64_t>(1, target / 2); n <= std::min(most, 2 * target); ++n) {

@@ -67,6 +67,24 @@ TEST_SUITE("family") {
     // Batch 8 at 4k: 64 packed tiles, 4 splits keep 8 key blocks each and fill the 264 slots.
     Schedule const batch8 = f.schedule(device, entry, test::dense_problem(8, 1, 4096, 32, 8), true);
     CHECK(batch8.num_splits == 4);
+    // One wave holding 90% of the slots or more, with splits of at most 32 key blocks, before two
+    // fuller waves: batch 2 (16 tiles) at 32k and 64k takes 16 splits (256 blocks), not 33 (528);
+    // batch 5 (40 tiles) at 8k 6 (240 blocks), not 13. Longer splits keep the two waves: batch 2
+    // at 128k (64 key blocks a split), batch 5 at 32k (43); and so does a wave of 224 (0.85):
+    // batch 7 at 8k.
+    auto automatic_splits = [&](int64_t batch, int64_t keys) {
+      return f.schedule(device, entry, test::dense_problem(batch, 1, keys, 32, 8), true).num_splits;
+    };
+    CHECK(automatic_splits(2, 32768) == 16);
+    CHECK(automatic_splits(2, 65536) == 16);
+    CHECK(automatic_splits(2, 131072) == 33);
+    CHECK(automatic_splits(5, 8192) == 6);
+    CHECK(automatic_splits(5, 32768) == 13);
+    CHECK(automatic_splits(7, 8192) == 9);
+    // With one block per SM the fullest waves decide: 8 tiles at 32k take 33 splits (two waves
+    // of 132), not 16.
+    Device const one_per_sm = test::device_with(&entry, 1);
+    CHECK(f.schedule(one_per_sm, entry, test::dense_problem(1, 1, 32768, 32, 8), true).num_splits == 33);
     // 256 keys (2 key blocks): splits of fewer than 2 key blocks are not worth a combine.
     Schedule const tiny = f.schedule(device, entry, test::dense_problem(1, 1, 256, 32, 8), true);
     CHECK(tiny.num_splits == 1);
