@@ -79,7 +79,9 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   // batch 1 x 4k, 16 splits of 2 key blocks (128 blocks) 12.9 us, 20 splits (160 blocks) 15.8,
   // 33 splits of one key block 17.7; batch 1 x 32k, 16 splits 45.1 us, 33 of 7.8 key blocks
   // 47.7. (Batch 1 x 64k, 15.5 key blocks per split at 33: 77.6 us, 16 splits 78.9.)
-  // (Where one block fits per SM the two are the same, and the rule below decides.)
+  // (Where one block fits per SM the two are the same, and the rule below decides.) Open: at
+  // batch 2 x 8k, 16 splits of 4 key blocks (256 blocks) ran 1.05-1.18x the 8 this picks
+  // (session 66), while 1 x 32k with an e4m3 cache ran 0.86x at 33 splits of 7.8.
   if (capacity > sms && base < capacity && key_blocks / std::max<int64_t>(capacity / base, 1) < 8) {
     int64_t const per_sm = std::min({int64_t{256}, sms / std::max<int64_t>(base, 1), key_blocks / 2,
                                      INT32_MAX / std::max<int64_t>(base, 1)});
@@ -93,9 +95,10 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   // docs/performance.md session 66), batch 2 at 32k and 64k keys (16 and 32 key blocks a split) ran
   // 1.05-1.20x with 16 splits (256 blocks, 0.97 of the slots) against the 33 (two full waves)
   // picked below, batches 5 and 6 at 8k 1.05-1.12x with 6 and 5 splits (240 blocks, 0.91) against
-  // 13 and 11; with longer splits (32k and 64k keys, 43-102 key blocks) that wave of 0.91 ran
-  // 0.97-1.04x, so two waves stay there. Otherwise, among the counts up to twice that, take the one
-  // whose last wave is fullest (ties: fewer splits).
+  // 13 and 11 (at 16k, 21-26 key blocks a split, 0.99-1.08x); with longer splits (32k and 64k
+  // keys, 43-102 key blocks) that wave of 0.91 ran 0.97-1.04x, so two waves stay there.
+  // Otherwise, among the counts up to twice one wave's, take the one whose last wave is fullest
+  // (ties: fewer splits).
   int64_t const most = std::min<int64_t>({256, key_blocks / 4, INT32_MAX / std::max<int64_t>(base, 1)});
   int splits = 1;
   if (base < capacity && most > 1) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -38,6 +39,22 @@ using fa_test::FeatureData;
 // 0.05 on these inputs (at least 1/64 in magnitude each).
 double o_bound(int dtype) { return dtype == FA_DTYPE_BF16 ? 1.2e-2 : 3e-3; }
 constexpr double kLseBound = 2e-3;
+
+// What Hopper's sums of FP8 products add to an LSE's error: 2^-13 of the largest sum of
+// |products| a score can have (inputs below 1 in magnitude): head_dim times softmax_scale times
+// the largest value of each of `descales` (an empty one reads 1), each taken as at least
+// `floor`. Both the FP8 cases (e4m3 Q, K and V) and bf16 queries against an e4m3 cache (each
+// query row as two e4m3 rows on the sm90 tiles) run S = Q K^T on wgmma's e4m3 form.
+double fp8_sums_bound(FeatureData const& d,
+                      std::initializer_list<std::vector<float> const*> descales, double floor) {
+  double bound = 0x1p-13 * d.c.effective_scale() * static_cast<double>(d.c.head_dim);
+  for (std::vector<float> const* f : descales) {
+    double largest = f->empty() ? 1.0 : floor;
+    for (float x : *f) largest = std::max(largest, static_cast<double>(x));
+    bound *= largest;
+  }
+  return bound;
+}
 
 // One exact-size device allocation per non-empty host vector.
 class DeviceCopy {
@@ -194,17 +211,14 @@ void check_result(FeatureData const& d, std::string const& what,
   CHECK(e.bad == 0);
   CHECK(e.written_past == 0);
   CHECK(e.o_max <= o_bound(d.c.o_type()) * v_max);
-  // bf16 queries against an e4m3 cache run S = Q K^T on wgmma's e4m3 form on Hopper (each query
-  // row as two e4m3 rows: the sm90 tiles' kE4M3Keys), whose sums of FP8 products keep fewer
-  // mantissa bits than fp32: the LSE bound adds check_fp8's 2^-13 of the largest sum of
-  // |products| a score can have (inputs below 1: head_dim times the scale and the largest k
-  // descale, taken as at least 1). Seen: 0.00202 at d 256, causal, 177 rows, per-tensor
-  // descales. Other kernels reading such a cache (fp16 products) get the same, looser bound.
+  // bf16 queries against an e4m3 cache run S = Q K^T on wgmma's e4m3 form on Hopper (the sm90
+  // tiles' kE4M3Keys), whose sums of FP8 products keep fewer mantissa bits than fp32: the LSE
+  // bound adds fp8_sums_bound over the k descales, taken as at least 1. Seen: 0.00202 at d 256,
+  // causal, 177 rows, per-tensor descales. Other kernels reading such a cache (fp16 products)
+  // get the same, looser bound.
   double lse_bound = kLseBound;
   if (d.c.dtype == FA_DTYPE_BF16 && d.c.kv_type() == FA_DTYPE_E4M3) {
-    double k_max = 1.0;
-    for (float x : d.k_descale) k_max = std::max(k_max, static_cast<double>(x));
-    lse_bound += 0x1p-13 * d.c.effective_scale() * static_cast<double>(d.c.head_dim) * k_max;
+    lse_bound += fp8_sums_bound(d, {&d.k_descale}, 1.0);
   }
   INFO("lse bound " << lse_bound);
   CHECK(e.lse_max <= lse_bound);
@@ -1460,16 +1474,11 @@ namespace {
 // by twice the error of a naive FP8 reference (normalised P rounded to e4m3, exact otherwise)
 // plus O's own rounding to its 16-bit type. The scores are exact products of e4m3 values, but
 // Hopper's tensor cores sum FP8 products with fewer mantissa bits than fp32 (LSE errors up to
-// 0.0085 here at d 256, where the 16-bit kernels stay under 2e-3): the LSE bound adds 2^-13 of
-// the largest sum of |products| a score can have (inputs below 1 in magnitude: head_dim, times
-// softmax_scale and the largest descales).
+// 0.0085 here at d 256, where the 16-bit kernels stay under 2e-3): the LSE bound adds
+// fp8_sums_bound over the q and k descales.
 void check_fp8(FeatureData const& d, std::string const& what, fa_test::FeatureReference const& exact,
                double naive_error) {
-  double descales = d.c.effective_scale() * static_cast<double>(d.c.head_dim);
-  for (std::vector<float> const* f : {&d.q_descale, &d.k_descale}) {
-    if (!f->empty()) descales *= *std::max_element(f->begin(), f->end());
-  }
-  double const lse_bound = kLseBound + 0x1p-13 * descales;
+  double const lse_bound = kLseBound + fp8_sums_bound(d, {&d.q_descale, &d.k_descale}, 0.0);
   fa_test::FeatureErrors const e = fa_test::compare_features(d, d.o.data(), d.lse.data(), exact);
   double o_max = 0.0;
   for (double x : exact.o) {
