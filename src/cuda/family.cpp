@@ -71,6 +71,24 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   if (p.num_splits > 0) return p.num_splits;
   if (!allow_split) return 1;
   int64_t const key_blocks = (p.seqlen_k + B_c - 1) / B_c;
+  // Where more than one block fits per SM (the mma.sync decode tiles), one wave of resident
+  // blocks holding 90% of the slots or more comes first, with splits of 4 to 32 key blocks, and
+  // at most 16 splits where they read fewer than 8 key blocks. Measured on the H200 (d 128,
+  // 32/8 heads, bf16 and e4m3 caches, pages 0 and 16, decode_bench; docs/performance.md session
+  // 66) against the rules below: splits of 4-6 key blocks (batch 2 and 3 at 8k, 4-6 at 4k, 8 at
+  // 2k: 16, 11, 8, 6, 5 and 4 splits against 8, 5, 4, 3, 2 and 2 of one block an SM)
+  // 1.04-1.37x; of 16 and 32 (batch 2 at 32k and 64k: 16 splits against two full waves of 33)
+  // 1.05-1.20x; of 11-13 (batches 5 and 6 at 8k: 6 and 5 splits, 0.91 of the slots, against 13
+  // and 11) 1.05-1.12x, of 21-26 (at 16k) 0.99-1.08x. Longer splits keep the rules below (that
+  // wave of 0.91 ran 0.97-1.04x at 43-102 key blocks), and so do more than 16 short ones (batch
+  // 1 x 32k with an e4m3 cache ran 0.86x with 33 splits of 7.8 key blocks against 16 of 16).
+  if (capacity > sms && base < capacity) {
+    int64_t const one_wave = std::min(key_blocks / 4, capacity / std::max<int64_t>(base, 1));
+    if (one_wave > 1 && one_wave <= 256 && 10 * base * one_wave >= 9 * capacity &&
+        key_blocks <= 32 * one_wave && (one_wave <= 16 || key_blocks >= 8 * one_wave)) {
+      return static_cast<int>(one_wave);
+    }
+  }
   // Filling every resident slot pays only while each split still reads 8 key blocks or more;
   // with fewer, a split's fixed cost (its query tile, the pipeline's fill, its partial's
   // write) dominates and one block per SM is faster. Measured on the H200 with the mma.sync
@@ -79,9 +97,7 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   // batch 1 x 4k, 16 splits of 2 key blocks (128 blocks) 12.9 us, 20 splits (160 blocks) 15.8,
   // 33 splits of one key block 17.7; batch 1 x 32k, 16 splits 45.1 us, 33 of 7.8 key blocks
   // 47.7. (Batch 1 x 64k, 15.5 key blocks per split at 33: 77.6 us, 16 splits 78.9.)
-  // (Where one block fits per SM the two are the same, and the rule below decides.) Open: at
-  // batch 2 x 8k, 16 splits of 4 key blocks (256 blocks) ran 1.05-1.18x the 8 this picks
-  // (session 66), while 1 x 32k with an e4m3 cache ran 0.86x at 33 splits of 7.8.
+  // (Where one block fits per SM the two are the same, and the rule below decides.)
   if (capacity > sms && base < capacity && key_blocks / std::max<int64_t>(capacity / base, 1) < 8) {
     int64_t const per_sm = std::min({int64_t{256}, sms / std::max<int64_t>(base, 1), key_blocks / 2,
                                      INT32_MAX / std::max<int64_t>(base, 1)});
@@ -89,25 +105,11 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   }
   // Fill one wave of resident blocks when the unsplit grid leaves SMs idle (decode), with each
   // split keeping at least 4 key blocks so its partial output (one row of d floats) stays small
-  // against the keys it reads. Where more than one block fits per SM, one wave holding 90% of the
-  // slots or more, with splits of at most 32 key blocks, is taken over two fuller waves: measured
-  // on the H200 (d 128, 32/8 heads, bf16 and e4m3 caches, pages 0 and 16; decode_bench,
-  // docs/performance.md session 66), batch 2 at 32k and 64k keys (16 and 32 key blocks a split) ran
-  // 1.05-1.20x with 16 splits (256 blocks, 0.97 of the slots) against the 33 (two full waves)
-  // picked below, batches 5 and 6 at 8k 1.05-1.12x with 6 and 5 splits (240 blocks, 0.91) against
-  // 13 and 11 (at 16k, 21-26 key blocks a split, 0.99-1.08x); with longer splits (32k and 64k
-  // keys, 43-102 key blocks) that wave of 0.91 ran 0.97-1.04x, so two waves stay there.
-  // Otherwise, among the counts up to twice one wave's, take the one whose last wave is fullest
-  // (ties: fewer splits).
+  // against the keys it reads. Among the counts up to twice that, take the one whose last wave is
+  // fullest (ties: fewer splits).
   int64_t const most = std::min<int64_t>({256, key_blocks / 4, INT32_MAX / std::max<int64_t>(base, 1)});
   int splits = 1;
   if (base < capacity && most > 1) {
-    int64_t const one_wave = std::min(most, capacity / std::max<int64_t>(base, 1));
-    int64_t const slots = base * one_wave;
-    if (capacity > sms && one_wave > 1 && 10 * slots >= 9 * capacity &&
-        key_blocks <= 32 * one_wave) {
-      return static_cast<int>(one_wave);
-    }
     int64_t const target = std::min(most, (capacity + base - 1) / base);
     double best = 0.0;
     for (int64_t n = std::max<int64_t>(1, target / 2); n <= std::min(most, 2 * target); ++n) {

@@ -110,10 +110,10 @@ size_t split_workspace_bytes(Problem const& p, int num_splits);
 // The split count of a problem whose unsplit grid has `base` blocks, on a device of `sms` SMs
 // holding `capacity` of them at once, with key blocks of B_c keys: the problem's num_splits when
 // forced; with allow_split, enough splits to fill the device when the grid leaves it idle (decode):
-// every resident slot where each split still reads 8 key blocks or more (with more than one
-// resident block per SM, one wave holding 90% of the slots with splits of at most 32 key blocks
-// before two fuller ones), else (with more than one resident block per SM) one block per SM; else
-// 1. 1 when the partials' int32 row index cannot hold the problem.
+// with more than one resident block per SM, one wave holding 90% of the slots or more whose splits
+// read 4 to 32 key blocks (at most 16 splits where they read fewer than 8); else every resident
+// slot where each split still reads 8 key blocks or more, else (with more than one resident block
+// per SM) one block per SM; else 1. 1 when the partials' int32 row index cannot hold the problem.
 int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms, int B_c,
                   bool allow_split);
 

@@ -67,11 +67,14 @@ TEST_SUITE("family") {
     // Batch 8 at 4k: 64 packed tiles, 4 splits keep 8 key blocks each and fill the 264 slots.
     Schedule const batch8 = f.schedule(device, entry, test::dense_problem(8, 1, 4096, 32, 8), true);
     CHECK(batch8.num_splits == 4);
-    // One wave holding 90% of the slots or more, with splits of at most 32 key blocks, before two
-    // fuller waves: batch 2 (16 tiles) at 32k and 64k takes 16 splits (256 blocks), not 33 (528);
-    // batch 5 (40 tiles) at 8k 6 (240 blocks), not 13. Longer splits keep the two waves: batch 2
-    // at 128k (64 key blocks a split), batch 5 at 32k (43); and so does a wave of 224 (0.85):
-    // batch 7 at 8k.
+    // One wave holding 90% of the slots or more, with splits of 4 to 32 key blocks (at most 16
+    // splits where they read fewer than 8), before the other rules: batch 2 (16 tiles) at 32k and
+    // 64k takes 16 splits (256 blocks), not two waves of 33 (528); batch 5 (40 tiles) at 8k 6
+    // (240 blocks), not 13; batch 2 at 8k 16 splits of 4 key blocks and batch 3 at 8k 11 of 5.8,
+    // not one block an SM (8 and 5); batch 4 at 4k 8, batch 8 at 2k 4 (not 4 and 2). Longer
+    // splits keep two waves: batch 2 at 128k (64 key blocks a split), batch 5 at 32k (43); so
+    // does a wave of 224 (0.85): batch 7 at 8k; and 33 short splits (batch 1 at 32k, 7.8 key
+    // blocks) keep one block an SM (16, above); so does a wave of 128 (batch 2 at 4k: 8).
     auto automatic_splits = [&](int64_t batch, int64_t keys) {
       return f.schedule(device, entry, test::dense_problem(batch, 1, keys, 32, 8), true).num_splits;
     };
@@ -81,6 +84,11 @@ TEST_SUITE("family") {
     CHECK(automatic_splits(5, 8192) == 6);
     CHECK(automatic_splits(5, 32768) == 13);
     CHECK(automatic_splits(7, 8192) == 9);
+    CHECK(automatic_splits(2, 8192) == 16);
+    CHECK(automatic_splits(3, 8192) == 11);
+    CHECK(automatic_splits(4, 4096) == 8);
+    CHECK(automatic_splits(8, 2048) == 4);
+    CHECK(automatic_splits(2, 4096) == 8);
     // With one block per SM the fullest waves decide: 8 tiles at 32k take 33 splits (two waves
     // of 132), not 16.
     Device const one_per_sm = test::device_with(&entry, 1);
