@@ -75,7 +75,7 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   // blocks holding 90% of the slots or more comes first, with splits of 4 to 32 key blocks, and
   // at most 16 splits where they read fewer than 8 key blocks. Measured on the H200 (d 128,
   // 32/8 heads, bf16 and e4m3 caches, pages 0 and 16, decode_bench; docs/performance.md session
-  // 66) against the rules below: splits of 4-6 key blocks (batch 2 and 3 at 8k, 4-6 at 4k, 8 at
+  // 66) against the rules below: splits of 4-6.4 key blocks (batch 2 and 3 at 8k, 4-6 at 4k, 8 at
   // 2k: 16, 11, 8, 6, 5 and 4 splits against 8, 5, 4, 3, 2 and 2 of one block an SM)
   // 1.04-1.37x; of 16 and 32 (batch 2 at 32k and 64k: 16 splits against two full waves of 33)
   // 1.05-1.20x; of 11-13 (batches 5 and 6 at 8k: 6 and 5 splits, 0.91 of the slots, against 13
@@ -89,7 +89,8 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
       return static_cast<int>(one_wave);
     }
   }
-  // Filling every resident slot pays only while each split still reads 8 key blocks or more;
+  // Otherwise (a wave under 90% of the slots, or more than 16 splits under 8 key blocks),
+  // filling every resident slot pays only while each split still reads 8 key blocks or more;
   // with fewer, a split's fixed cost (its query tile, the pipeline's fill, its partial's
   // write) dominates and one block per SM is faster. Measured on the H200 with the mma.sync
   // family's decode kernel (2 resident per SM, B_c 128; d 128, 32/8 heads; decode_bench
