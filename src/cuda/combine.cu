@@ -15,9 +15,12 @@ namespace fa::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;  // merge_kernel
-constexpr int kCombineWarps = 4;   // combine_kernel: its staging takes 32 KiB of shared memory
 constexpr int kMaxSplits = 256;    // fa_config.num_splits' bound
-constexpr int kBatch = 16;         // partial loads a combine lane keeps in flight
+// combine_kernel's staging of the partials in flight: kBatch (16 or 32) per lane, in 32 KiB of
+// shared memory a block, so 4 or 2 warps.
+constexpr int kCombineStaging = 32 * 1024;
+template <int kBatch>
+constexpr int kCombineWarps = kCombineStaging / (kBatch * 32 * 16);
 
 }  // namespace
 
@@ -64,11 +67,17 @@ __device__ __forceinline__ float warp_sum(float x) {
 // One warp per (row, head): the splits' LSEs give the weights (kept in shared memory), then each
 // lane accumulates 4 adjacent columns of sum_s w_s O_s per 128-column step (head_dim is a
 // multiple of 8, so float4 loads of the fp32 partials stay aligned when d % 4 == 0).
-template <class T>
-__global__ void __launch_bounds__(kCombineWarps * 32)
+// kBatch: 16, or 32 past 16 splits (launch_combine): 17-32 splits load in one round where 16
+// took two (33 in two rounds of 32 where 16 took three): H200, batch 1 decode with 32 splits
+// (d 128, 32/8 heads, bf16 and e4m3 caches, pages 0 and 16) 1.01-1.07x a step eager and
+// 1.025-1.10x in graph replay; for 16 splits (1 x 8k) the 32-wide kernel ran 0.94-0.95x
+// (docs/performance.md session 67).
+template <class T, int kBatch>
+__global__ void __launch_bounds__(kCombineWarps<kBatch> * 32)
     combine_kernel(__grid_constant__ ForwardParams const p, int head_dim) {
-  __shared__ float weights[kCombineWarps][kMaxSplits];
-  __shared__ float4 staged[kCombineWarps][kBatch][32];  // each lane's partials in flight
+  constexpr int kWarps = kCombineWarps<kBatch>;
+  __shared__ float weights[kWarps][kMaxSplits];
+  __shared__ float4 staged[kWarps][kBatch][32];  // each lane's partials in flight
   // Launched as a programmatic dependent of the split forward kernel (sm_90): it may start while
   // that kernel's last blocks run, and waits here until their partials are written.
   ptx::wait_for_prior_grids();
@@ -76,7 +85,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   ptx::allow_dependent_grids();
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
-  int64_t const item = int64_t(blockIdx.x) * kCombineWarps + warp;
+  int64_t const item = int64_t(blockIdx.x) * kWarps + warp;
   if (item >= int64_t(p.partial_rows) * p.heads_q) return;  // uniform per warp
   int64_t const row = item / p.heads_q;
   int const head = static_cast<int>(item % p.heads_q);
@@ -211,10 +220,16 @@ int64_t warp_blocks(int64_t items) { return (items + kWarpsPerBlock - 1) / kWarp
 cudaError_t launch_combine(ForwardParams const& params, DType dtype, int head_dim,
                            bool programmatic, cudaStream_t stream) {
   int64_t const items = int64_t(params.partial_rows) * params.heads_q;
-  return dtype == DType::kFP16 ? launch(combine_kernel<__half>, kCombineWarps, items,
-                                        programmatic, stream, params, head_dim)
-                               : launch(combine_kernel<__nv_bfloat16>, kCombineWarps, items,
-                                        programmatic, stream, params, head_dim);
+  auto const run = [&](auto batch) {
+    constexpr int kBatch = decltype(batch)::value;
+    return dtype == DType::kFP16
+               ? launch(combine_kernel<__half, kBatch>, kCombineWarps<kBatch>, items, programmatic,
+                        stream, params, head_dim)
+               : launch(combine_kernel<__nv_bfloat16, kBatch>, kCombineWarps<kBatch>, items,
+                        programmatic, stream, params, head_dim);
+  };
+  return params.num_splits > 16 ? run(std::integral_constant<int, 32>{})
+                                : run(std::integral_constant<int, 16>{});
 }
 
 cudaError_t launch_merge(MergeParams const& params, DType dtype, cudaStream_t stream) {

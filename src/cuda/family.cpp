@@ -71,38 +71,52 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   if (p.num_splits > 0) return p.num_splits;
   if (!allow_split) return 1;
   int64_t const key_blocks = (p.seqlen_k + B_c - 1) / B_c;
+  // A split reads ceil(key_blocks / n) key blocks (both families' kernels), so where n does
+  // not divide them the last splits may get none: 33 splits of 512 key blocks are 32 of 16 and
+  // an empty one, whose block and partial cost the step without reading a key (H200, batch 1,
+  // d 128, 32/8 heads, decode_bench: 33 against 32 splits at 64k and 128k ran 0.94-0.98x with
+  // bf16 and e4m3 caches, pages 0, 1, 16 and 64; docs/performance.md session 67). Each rule
+  // decides on its count as before and returns the splits that count leaves non-empty (the
+  // same key blocks a split, on fewer blocks). Judging the non-empty count instead turned
+  // waves the rule had taken into one block an SM at many lengths (batch 2 at 65-70 key
+  // blocks: 13 non-empty of 16 is under 90% of the slots, so 8 splits).
+  auto non_empty = [&](int64_t n) {
+    if (n <= 1) return n;
+    int64_t const per_split = (key_blocks + n - 1) / n;
+    return (key_blocks + per_split - 1) / per_split;
+  };
   // Where more than one block fits per SM (the mma.sync decode tiles), one wave of resident
-  // blocks holding 90% of the slots or more comes first, with splits of 4 to 32 key blocks, and
-  // at most 16 splits where they read fewer than 8 key blocks. Measured on the H200 (d 128,
-  // 32/8 heads, bf16 and e4m3 caches, pages 0 and 16, decode_bench; docs/performance.md session
-  // 66) against the rules below: splits of 4-6.4 key blocks (batch 2 and 3 at 8k, 4-6 at 4k, 8 at
-  // 2k: 16, 11, 8, 6, 5 and 4 splits against 8, 5, 4, 3, 2 and 2 of one block an SM)
-  // 1.04-1.37x; of 16 and 32 (batch 2 at 32k and 64k: 16 splits against two full waves of 33)
-  // 1.05-1.20x; of 11-13 (batches 5 and 6 at 8k: 6 and 5 splits, 0.91 of the slots, against 13
-  // and 11) 1.05-1.12x, of 21-26 (at 16k) 0.99-1.08x. Longer splits keep the rules below (that
-  // wave of 0.91 ran 0.97-1.04x at 43-102 key blocks), and so do more than 16 short ones (batch
-  // 1 x 32k with an e4m3 cache ran 0.86x with 33 splits of 7.8 key blocks against 16 of 16).
+  // blocks holding 90% of the slots or more comes first, with splits of 4 to 32 key blocks.
+  // Measured on the H200 (d 128, 32/8 heads, bf16 and e4m3 caches, pages 0 and 16,
+  // decode_bench; docs/performance.md sessions 66 and 67) against the rules below: splits of
+  // 4-6.4 key blocks (batch 2 and 3 at 8k, 4-6 at 4k, 8 at 2k: 16, 11, 8, 6, 5 and 4 splits
+  // against 8, 5, 4, 3, 2 and 2 of one block an SM) 1.04-1.37x; of 16 and 32 (batch 2 at 32k
+  // and 64k: 16 splits against two full waves of 33) 1.05-1.20x; of 11-13 (batches 5 and 6 at
+  // 8k: 6 and 5 splits, 0.91 of the slots, against 13 and 11) 1.05-1.12x, of 21-26 (at 16k)
+  // 0.99-1.08x; batch 1 at 120-263 key blocks (15k-33.7k keys), 25-33 non-empty splits of 4-8
+  // key blocks against 16 of one block an SM (timed at 16k, 21000, 24k, 25000 and 32k keys,
+  // with combine.cu's 32-wide combine): pages of 1 and 16 1.10-1.22x, contiguous caches
+  // 0.97-1.08x. Longer splits keep the rules below (that wave of 0.91 ran 0.97-1.04x at 43-102
+  // key blocks).
   if (capacity > sms && base < capacity) {
-    int64_t const one_wave = std::min(key_blocks / 4, capacity / std::max<int64_t>(base, 1));
+    int64_t const one_wave = std::min(key_blocks / 4, capacity / base);
     if (one_wave > 1 && one_wave <= 256 && 10 * base * one_wave >= 9 * capacity &&
-        key_blocks <= 32 * one_wave && (one_wave <= 16 || key_blocks >= 8 * one_wave)) {
-      return static_cast<int>(one_wave);
+        key_blocks <= 32 * one_wave) {
+      return static_cast<int>(non_empty(one_wave));
     }
   }
-  // Otherwise (a wave under 90% of the slots, or more than 16 splits under 8 key blocks),
-  // filling every resident slot pays only while each split still reads 8 key blocks or more;
-  // with fewer, a split's fixed cost (its query tile, the pipeline's fill, its partial's
-  // write) dominates and one block per SM is faster. Measured on the H200 with the mma.sync
-  // family's decode kernel (2 resident per SM, B_c 128; d 128, 32/8 heads; decode_bench
-  // --splits): batch 8 x 4k, 4 splits of 8 key blocks (256 blocks) 42.1 us, 2 splits 46.6;
-  // batch 1 x 4k, 16 splits of 2 key blocks (128 blocks) 12.9 us, 20 splits (160 blocks) 15.8,
-  // 33 splits of one key block 17.7; batch 1 x 32k, 16 splits 45.1 us, 33 of 7.8 key blocks
-  // 47.7. (Batch 1 x 64k, 15.5 key blocks per split at 33: 77.6 us, 16 splits 78.9.)
-  // (Where one block fits per SM the two are the same, and the rule below decides.)
+  // Otherwise (a wave under 90% of the slots, or splits past 32 key blocks), filling every
+  // resident slot pays only while each split still reads 8 key blocks or more; with fewer, a
+  // split's fixed cost (its query tile, the pipeline's fill, its partial's write) dominates and
+  // one block per SM is faster. Measured on the H200 with the mma.sync family's decode kernel
+  // (2 resident per SM, B_c 128; d 128, 32/8 heads; decode_bench --splits): batch 8 x 4k, 4
+  // splits of 8 key blocks (256 blocks) 42.1 us, 2 splits 46.6; batch 1 x 4k, 16 splits of 2
+  // key blocks (128 blocks) 12.9 us, 20 splits (160 blocks) 15.8, 33 splits of one key block
+  // 17.7. (Where one block fits per SM the two are the same, and the rule below decides.)
   if (capacity > sms && base < capacity && key_blocks / std::max<int64_t>(capacity / base, 1) < 8) {
     int64_t const per_sm = std::min({int64_t{256}, sms / std::max<int64_t>(base, 1), key_blocks / 2,
                                      INT32_MAX / std::max<int64_t>(base, 1)});
-    if (per_sm >= 2) return static_cast<int>(per_sm);
+    if (per_sm >= 2) return static_cast<int>(non_empty(per_sm));
   }
   // Fill one wave of resident blocks when the unsplit grid leaves SMs idle (decode), with each
   // split keeping at least 4 key blocks so its partial output (one row of d floats) stays small
@@ -122,7 +136,7 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
       }
     }
   }
-  return splits;
+  return static_cast<int>(non_empty(splits));
 }
 
 ForwardParams forward_params(Problem const& p, int B_r, Schedule const& s) {

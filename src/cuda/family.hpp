@@ -111,9 +111,11 @@ size_t split_workspace_bytes(Problem const& p, int num_splits);
 // holding `capacity` of them at once, with key blocks of B_c keys: the problem's num_splits when
 // forced; with allow_split, enough splits to fill the device when the grid leaves it idle (decode):
 // with more than one resident block per SM, one wave holding 90% of the slots or more whose splits
-// read 4 to 32 key blocks (at most 16 splits where they read fewer than 8); else every resident
-// slot where each split still reads 8 key blocks or more, else (with more than one resident block
-// per SM) one block per SM; else 1. 1 when the partials' int32 row index cannot hold the problem.
+// read 4 to 32 key blocks; else every resident slot where each split still reads 8 key blocks or
+// more, else (with more than one resident block per SM) one block per SM; else 1. Each count is
+// returned as the splits it leaves a key block of a sequence of seqlen_k keys (a split reads
+// ceil(key blocks / count)); shorter sequences of a batch and windowed rows may still leave a
+// split empty. 1 when the partials' int32 row index cannot hold the problem.
 int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms, int B_c,
                   bool allow_split);
 

@@ -56,9 +56,10 @@ TEST_SUITE("family") {
     CHECK(forced.num_splits == 3);
     CHECK(forced.blocks == 24);
 
-    // Short caches: 8 splits of 4 key blocks (8 x 33 = 264 blocks, every resident slot) would
-    // leave each split under 8 key blocks, so one block per SM instead: 16 splits x 8 = 128.
-    for (int64_t keys : {4096, 8192, 32768}) {
+    // Short caches: a wave of splits of 4 key blocks or more would hold under 90% of the 264
+    // slots (64 and 128 blocks at 4k and 8k), and 33 splits would leave each under 8 key
+    // blocks, so one block per SM instead: 16 splits x 8 = 128.
+    for (int64_t keys : {4096, 8192}) {
       CAPTURE(keys);
       Schedule const short_cache = f.schedule(device, entry, test::dense_problem(1, 1, keys, 32, 8), true);
       CHECK(short_cache.num_splits == 16);
@@ -67,32 +68,57 @@ TEST_SUITE("family") {
     // Batch 8 at 4k: 64 packed tiles, 4 splits keep 8 key blocks each and fill the 264 slots.
     Schedule const batch8 = f.schedule(device, entry, test::dense_problem(8, 1, 4096, 32, 8), true);
     CHECK(batch8.num_splits == 4);
-    // One wave holding 90% of the slots or more, with splits of 4 to 32 key blocks (at most 16
-    // splits where they read fewer than 8), before the other rules: batch 2 (16 tiles) at 32k and
-    // 64k takes 16 splits (256 blocks), not two waves of 33 (528); batch 5 (40 tiles) at 8k 6
-    // (240 blocks), not 13; batch 2 at 8k 16 splits of 4 key blocks and batch 3 at 8k 11 of 5.8,
-    // not one block an SM (8 and 5); batch 4 at 4k 8, batch 8 at 2k 4 (not 4 and 2). Longer
-    // splits keep two waves: batch 2 at 128k (64 key blocks a split), batch 5 at 32k (43); so
-    // does a wave of 224 (0.85): batch 7 at 8k; and 33 short splits (batch 1 at 32k, 7.8 key
-    // blocks) keep one block an SM (16, above); so does a wave of 128 (batch 2 at 4k: 8).
+    // One wave holding 90% of the slots or more, with splits of 4 to 32 key blocks, before the
+    // other rules: batch 2 (16 tiles) at 32k and 64k takes 16 splits (256 blocks), not two
+    // waves of 33 (528); batch 5 (40 tiles) at 8k 6 (240 blocks), not 13; batch 2 at 8k 16
+    // splits of 4 key blocks and batch 3 at 8k 11 of 5.8, not one block an SM (8 and 5); batch
+    // 4 at 4k 8, batch 8 at 2k 4 (not 4 and 2); batch 1 at 16k and 32k 32 splits of 4 and 8 key
+    // blocks, not 16 (33 would leave one empty). Longer splits keep the fullest waves, counted
+    // without empty splits: batch 2 at 128k 32 splits of 32 key blocks (512 blocks; the
+    // fullest count, 33, is those 32 and an empty one), batch 5 at 32k 13 (one wave would be 6
+    // splits of 43 key blocks); so does a wave of 224 (0.85): batch 7 at 8k, 8 splits of 8 key
+    // blocks (9 would leave the last empty); a wave of 128 keeps one block an SM (batch 2 at
+    // 4k: 8).
     auto automatic_splits = [&](int64_t batch, int64_t keys) {
       return f.schedule(device, entry, test::dense_problem(batch, 1, keys, 32, 8), true).num_splits;
     };
     CHECK(automatic_splits(2, 32768) == 16);
     CHECK(automatic_splits(2, 65536) == 16);
-    CHECK(automatic_splits(2, 131072) == 33);
+    CHECK(automatic_splits(2, 131072) == 32);
     CHECK(automatic_splits(5, 8192) == 6);
     CHECK(automatic_splits(5, 32768) == 13);
-    CHECK(automatic_splits(7, 8192) == 9);
+    CHECK(automatic_splits(7, 8192) == 8);
+    CHECK(automatic_splits(1, 16384) == 32);
+    CHECK(automatic_splits(1, 32768) == 32);
+    CHECK(automatic_splits(1, 65536) == 32);
     CHECK(automatic_splits(2, 8192) == 16);
+    // 8000 keys (63 key blocks): the wave's 15 splits of 5 key blocks leave two empty, so 13.
+    CHECK(automatic_splits(2, 8000) == 13);
     CHECK(automatic_splits(3, 8192) == 11);
     CHECK(automatic_splits(4, 4096) == 8);
     CHECK(automatic_splits(8, 2048) == 4);
     CHECK(automatic_splits(2, 4096) == 8);
-    // With one block per SM the fullest waves decide: 8 tiles at 32k take 33 splits (two waves
-    // of 132), not 16.
+    // With one block per SM the fullest waves decide: 8 tiles at 32k take 32 splits (33 would
+    // fill two waves of 132 with one split of the 256 key blocks left empty), not 16.
     Device const one_per_sm = test::device_with(&entry, 1);
-    CHECK(f.schedule(one_per_sm, entry, test::dense_problem(1, 1, 32768, 32, 8), true).num_splits == 33);
+    CHECK(f.schedule(one_per_sm, entry, test::dense_problem(1, 1, 32768, 32, 8), true).num_splits == 32);
+    // No automatic count leaves a split without a key block: each reads ceil(key blocks / n),
+    // so the last one starts inside the keys. Batches 1-64 x 1k-256k keys, awkward lengths
+    // included, on devices of one and two blocks an SM.
+    for (Device const* d : {&device, &one_per_sm}) {
+      for (int64_t batch = 1; batch <= 64; ++batch) {
+        for (int64_t keys :
+             {1000, 2048, 3000, 6000, 8192, 12000, 24576, 50000, 65536, 100000, 262144}) {
+          Problem const problem = test::dense_problem(batch, 1, keys, 32, 8);
+          int const n = f.schedule(*d, entry, problem, true).num_splits;
+          int64_t const key_blocks = (keys + 127) / 128;
+          int64_t const per_split = (key_blocks + n - 1) / n;
+          CAPTURE(batch);
+          CAPTURE(keys);
+          CHECK((n - 1) * per_split < key_blocks);
+        }
+      }
+    }
     // 256 keys (2 key blocks): splits of fewer than 2 key blocks are not worth a combine.
     Schedule const tiny = f.schedule(device, entry, test::dense_problem(1, 1, 256, 32, 8), true);
     CHECK(tiny.num_splits == 1);
