@@ -73,12 +73,12 @@ TEST_SUITE("family") {
     // waves of 33 (528); batch 5 (40 tiles) at 8k 6 (240 blocks), not 13; batch 2 at 8k 16
     // splits of 4 key blocks and batch 3 at 8k 11 of 5.8, not one block an SM (8 and 5); batch
     // 4 at 4k 8, batch 8 at 2k 4 (not 4 and 2); batch 1 at 16k and 32k 32 splits of 4 and 8 key
-    // blocks, not 16 (33 would leave one empty). Longer splits keep the fullest waves, counted
-    // without empty splits: batch 2 at 128k 32 splits of 32 key blocks (512 blocks; the
-    // fullest count, 33, is those 32 and an empty one), batch 5 at 32k 13 (one wave would be 6
-    // splits of 43 key blocks); so does a wave of 224 (0.85): batch 7 at 8k, 8 splits of 8 key
-    // blocks (9 would leave the last empty); a wave of 128 keeps one block an SM (batch 2 at
-    // 4k: 8).
+    // blocks, not 16 (at 32k the wave's 33 would leave one empty). Longer splits keep the
+    // fullest waves, counted without empty splits: batch 2 at 128k 32 splits of 32 key blocks
+    // (512 blocks; the fullest count, 33, is those 32 and an empty one), batch 5 at 32k 13 (one
+    // wave would be 6 splits of 43 key blocks); so does a wave of 224 (0.85): batch 7 at 8k, 8
+    // splits of 8 key blocks (9 would leave the last empty); a wave of 128 keeps one block an
+    // SM (batch 2 at 4k: 8).
     auto automatic_splits = [&](int64_t batch, int64_t keys) {
       return f.schedule(device, entry, test::dense_problem(batch, 1, keys, 32, 8), true).num_splits;
     };
