@@ -99,7 +99,7 @@ int choose_splits(Problem const& p, int64_t base, int64_t capacity, int64_t sms,
   // 0.97-1.08x. Longer splits keep the rules below (that wave of 0.91 ran 0.97-1.04x at 43-102
   // key blocks).
   if (capacity > sms && base < capacity) {
-    int64_t const one_wave = std::min(key_blocks / 4, capacity / base);
+    int64_t const one_wave = std::min(key_blocks / 4, capacity / std::max<int64_t>(base, 1));
     if (one_wave > 1 && one_wave <= 256 && 10 * base * one_wave >= 9 * capacity &&
         key_blocks <= 32 * one_wave) {
       return static_cast<int>(non_empty(one_wave));
