@@ -2,7 +2,7 @@
 //
 //   decode_bench decode [--batches 1,8,32,64] [--kv-lens 4096,...,131072] [--sq 1,4,16]
 //                       [--pages 0,16,64,256] [--heads 32,8] [--head-dim 128] [--splits N]
-//                       [--kv-dtype bf16,e4m3] [--kernel NAME] [--iters N]
+//                       [--kv-dtype bf16,e4m3] [--layout nhd,hnd] [--kernel NAME] [--iters N]
 //   decode_bench varlen [--tokens 32768] [--min-len 100] [--max-len 4000] [--kernel NAME] [--iters N]
 //                       [--dtype bf16|e4m3] [--workspace 0|1]
 //   decode_bench copy                      # device-to-device copy bandwidth, the yardstick
@@ -10,7 +10,9 @@
 // decode: one query row (or --sq rows, speculative decoding) per sequence against a KV cache of
 // --kv-lens rows per sequence, contiguous (page 0) or paged with shuffled pages; bf16 queries,
 // a bf16 cache or (--kv-dtype e4m3) an FP8 one with per-tensor descales, heads_q / heads_kv
-// query and K/V heads, standard-normal values (rounded to the cache's type). Each point is a plan (workspace as the
+// query and K/V heads, standard-normal values (rounded to the cache's type), the cache's rows
+// of all K/V heads per key (--layout nhd, vLLM's) or each head's keys together (hnd: Hugging
+// Face's static cache, FlashInfer's HND pages; column layout). Each point is a plan (workspace as the
 // plan asks) timed back to back in --iters windows of >= 200 ms (default 3); the median counts
 // (column us), beside the same step replayed from a CUDA graph (graph_us: the GPU's time alone)
 // and the host's issue time per call (host_us). Bandwidth is the bytes a
@@ -162,12 +164,29 @@ double host_us(Launch&& launch) {
   return times[times.size() / 2];
 }
 
+// A comma-separated list of names, each `a` or `b` (else the option's error).
+std::vector<std::string> parse_names(std::string const& list, std::string const& a,
+                                     std::string const& b, std::string const& option) {
+  std::vector<std::string> names;
+  for (size_t at = 0; at <= list.size();) {
+    size_t const end = std::min(list.find(',', at), list.size());
+    std::string const t = list.substr(at, end - at);
+    if (t != a && t != b) die(option + " takes " + a + " and " + b);
+    names.push_back(t);
+    at = end + 1;
+  }
+  return names;
+}
+
 struct Args {
   std::vector<int> batches = {1, 8, 32, 64};
   std::vector<int> kv_lens = {4096, 8192, 16384, 32768, 65536, 131072};
   std::vector<int> sq = {1};
   std::vector<int> pages = {0};
   std::vector<std::string> kv_dtypes = {"bf16"};
+  // The cache's layout: "nhd" rows of all K/V heads per key (vLLM's, the default) or "hnd" each
+  // head's keys together (Hugging Face's static cache; FlashInfer's HND pages).
+  std::vector<std::string> layouts = {"nhd"};
   int heads_q = 32, heads_kv = 8, head_dim = 128, splits = 0, iters = 3;
   std::string kernel;
   int tokens = 32768, min_len = 100, max_len = 4000;
@@ -176,7 +195,7 @@ struct Args {
 };
 
 void decode(fa_context_t* ctx, Args const& a) {
-  std::printf("kv_dtype,batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us\n");
+  std::printf("kv_dtype,batch,kv_len,sq,page,splits,kernel,us,gbps,graph_us,host_us,layout\n");
   std::mt19937 rng(7);
   for (std::string const& kv_dtype : a.kv_dtypes) {
   bool const e4m3 = kv_dtype == "e4m3";
@@ -185,6 +204,8 @@ void decode(fa_context_t* ctx, Args const& a) {
   float const one = 1.0f;
   DeviceBuffer descale(e4m3 ? sizeof(float) : 0);
   if (e4m3) check_cuda(cudaMemcpy(descale.ptr, &one, 4, cudaMemcpyHostToDevice), "copy");
+  for (std::string const& layout : a.layouts) {
+  bool const hnd = layout == "hnd";
   for (int page : a.pages) {
     for (int sq : a.sq) {
       for (int batch : a.batches) {
@@ -207,6 +228,11 @@ void decode(fa_context_t* ctx, Args const& a) {
           if (page == 0) {
             c.layout = FA_LAYOUT_KV_CACHE;
             rows = int64_t(batch) * len;
+            if (hnd) {
+              c.k_batch_stride = c.v_batch_stride = int64_t(len) * row;
+              c.k_seq_stride = c.v_seq_stride = d;
+              c.k_head_stride = c.v_head_stride = int64_t(len) * d;
+            }
           } else {
             c.layout = FA_LAYOUT_PAGED_KV;
             int64_t const per_seq = (len + page - 1) / page;
@@ -214,8 +240,8 @@ void decode(fa_context_t* ctx, Args const& a) {
             c.page_size = page;
             c.max_pages_per_seq = per_seq;
             c.k_batch_stride = c.v_batch_stride = page * row;
-            c.k_seq_stride = c.v_seq_stride = row;
-            c.k_head_stride = c.v_head_stride = d;
+            c.k_seq_stride = c.v_seq_stride = hnd ? d : row;
+            c.k_head_stride = c.v_head_stride = hnd ? int64_t(page) * d : d;
             rows = c.num_pages * page;
             table.resize(size_t(c.num_pages));
             std::iota(table.begin(), table.end(), 0);
@@ -287,14 +313,15 @@ void decode(fa_context_t* ctx, Args const& a) {
           char name[128];
           fa_kernel_config_name(&kc, name, sizeof name, nullptr);
           double const bytes = 2.0 * batch * double(len) * row * kv_elem + 2.0 * q.bytes;
-          std::printf("%s,%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f,%.2f,%.2f\n", kv_dtype.c_str(), batch,
-                      len, sq, page, splits, name, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
-                      graph_ms * 1e3, issue_us);
+          std::printf("%s,%d,%d,%d,%d,%d,\"%s\",%.2f,%.1f,%.2f,%.2f,%s\n", kv_dtype.c_str(),
+                      batch, len, sq, page, splits, name, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                      graph_ms * 1e3, issue_us, layout.c_str());
           std::fflush(stdout);
           fa_plan_destroy(plan);
         }
       }
     }
+  }
   }
   }
 }
@@ -418,17 +445,8 @@ int main(int argc, char** argv) {
     } else if (o == "--head-dim") a.head_dim = parse_list(next()).at(0);
     else if (o == "--splits") a.splits = parse_list(next()).at(0);
     else if (o == "--kernel") a.kernel = next();
-    else if (o == "--kv-dtype") {
-      a.kv_dtypes.clear();
-      std::string list = next();
-      for (size_t at = 0; at <= list.size();) {
-        size_t const end = std::min(list.find(',', at), list.size());
-        std::string const t = list.substr(at, end - at);
-        if (t != "bf16" && t != "e4m3") die("--kv-dtype takes bf16 and e4m3");
-        a.kv_dtypes.push_back(t);
-        at = end + 1;
-      }
-    }
+    else if (o == "--kv-dtype") a.kv_dtypes = parse_names(next(), "bf16", "e4m3", o);
+    else if (o == "--layout") a.layouts = parse_names(next(), "nhd", "hnd", o);
     else if (o == "--iters") a.iters = parse_list(next()).at(0);
     else if (o == "--tokens") a.tokens = parse_list(next()).at(0);
     else if (o == "--min-len") a.min_len = parse_list(next()).at(0);

@@ -1,6 +1,7 @@
 // The matrix of inference-feature cases both backends are tested on: every feature alone and
 // combined with causal, GQA ratios 1/2/4/8, seqlen_q != seqlen_k, awkward lengths, page sizes
-// 1/3/16/64/256, zero-length varlen sequences, and forced / automatic split counts.
+// 1/3/16/64/256, caches row-major and head-major, zero-length varlen sequences, and forced /
+// automatic split counts.
 #pragma once
 
 #include <vector>
@@ -99,6 +100,13 @@ inline std::vector<FeatureCase> feature_cases(int dtype, int64_t head_dim, int64
         k.causal = sq > 1;
         k.num_splits = splits[(g + static_cast<int>(sq)) % 3];
         add(k);
+        // The same caches head-major (Hugging Face's static cache, FlashInfer's HND pages):
+        // decode and chunked prefill, pages read in TMA boxes (16, 64) and gathered (3).
+        if (g == 1 && (sq == 1 || sq == 77) && page != 1 && page != 256) {
+          FeatureCase h = k;
+          h.head_major = true;
+          add(h);
+        }
         if (g == 2) {
           k.window = true;
           k.left = 100;

@@ -45,6 +45,10 @@ struct FeatureCase {
   int alibi = FA_ALIBI_NONE;
   bool sinks = false;
   int64_t page_size = 0;  // paged layout
+  // Caches only: K and V head-major, each K/V head's rows together: (batch, heads_kv, capacity,
+  // d) as Hugging Face's static cache, pages (num_pages, heads_kv, page_size, d) as FlashInfer's
+  // HND layout; else row-major, all heads of a key row together (vLLM's).
+  bool head_major = false;
   int num_splits = 0;
   float scale = 0.0f;
 
@@ -79,7 +83,8 @@ inline std::string describe(const FeatureCase& c) {
   s << "] causal " << c.causal << " window " << c.window << " (" << c.left << ", " << c.right
     << ") softcap " << c.softcap << " alibi " << c.alibi << " sinks " << c.sinks << " page "
     << c.page_size << " splits " << c.num_splits << " scale " << c.scale << " kv_dtype "
-    << c.kv_type() << " out_dtype " << c.o_type() << " descale " << c.descale;
+    << c.kv_type() << " out_dtype " << c.o_type() << " descale " << c.descale
+    << (c.head_major ? " head-major" : "");
   return s.str();
 }
 
@@ -121,10 +126,12 @@ struct FeatureData {
       case FA_LAYOUT_PAGED_KV: {
         const int64_t pages = config.max_pages_per_seq;
         const int32_t page = block_table[static_cast<size_t>(b * pages + j / c.page_size)];
+        if (c.head_major) return ((page * c.heads_kv + g) * c.page_size + j % c.page_size) * dim;
         row = page * c.page_size + j % c.page_size;
         break;
       }
       default:
+        if (c.head_major) return ((b * c.heads_kv + g) * c.capacity() + j) * dim;
         row = b * c.capacity() + j;
     }
     return (row * c.heads_kv + g) * dim;
@@ -240,6 +247,19 @@ inline FeatureData make_feature_data(const FeatureCase& c, uint64_t seed) {
     f.v_seq_stride = c.heads_kv * Dv;
     f.k_head_stride = D;
     f.v_head_stride = Dv;
+    if (c.head_major) {
+      f.k_seq_stride = D;
+      f.v_seq_stride = Dv;
+      f.k_head_stride = c.page_size * D;
+      f.v_head_stride = c.page_size * Dv;
+    }
+  } else if (c.cache() && c.head_major) {
+    f.k_batch_stride = c.heads_kv * c.capacity() * D;
+    f.v_batch_stride = c.heads_kv * c.capacity() * Dv;
+    f.k_seq_stride = D;
+    f.v_seq_stride = Dv;
+    f.k_head_stride = c.capacity() * D;
+    f.v_head_stride = c.capacity() * Dv;
   }
   if (c.layout == FA_LAYOUT_VARLEN) {
     f.q_seq_stride = c.heads_q * D;

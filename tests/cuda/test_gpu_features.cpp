@@ -288,8 +288,9 @@ TEST_CASE("every registered kernel runs the features") {
   // scale; a dense causal window with GQA and Sq != Sk; dense causal with every bias and more
   // queries than keys (rows that see no key but a sink); a dense two-sided window with sinks
   // alone; a contiguous cache with an empty sequence and ALiBi (the sm90 family runs them all,
-  // the first by gathering its pages of 3 rows).
-  std::vector<FeatureCase> sample(7);
+  // the first by gathering its pages of 3 rows); head-major caches (each K/V head's rows
+  // together): a chunked prefill on pages of 16 and a decode step split three ways.
+  std::vector<FeatureCase> sample(9);
   sample[0].layout = FA_LAYOUT_PAGED_KV;
   sample[0].page_size = 3;
   sample[0].heads_q = 8;
@@ -347,6 +348,21 @@ TEST_CASE("every registered kernel runs the features") {
   sample[6].sk = {600, 0, 77};
   sample[6].causal = true;
   sample[6].alibi = FA_ALIBI_PER_HEAD;
+  sample[7].layout = FA_LAYOUT_PAGED_KV;
+  sample[7].page_size = 16;
+  sample[7].head_major = true;
+  sample[7].heads_q = 8;
+  sample[7].heads_kv = 2;
+  sample[7].sq = {33, 33};
+  sample[7].sk = {400, 90};
+  sample[7].causal = true;
+  sample[8].layout = FA_LAYOUT_KV_CACHE;
+  sample[8].head_major = true;
+  sample[8].heads_q = 8;
+  sample[8].heads_kv = 1;
+  sample[8].sq = {1, 1, 1};
+  sample[8].sk = {600, 0, 77};
+  sample[8].num_splits = 3;
   int kernels = 0;
   uint64_t seed = 9000;
   for (size_t i = 0; i < fa_kernel_count(); i += static_cast<size_t>(sample_step())) {
