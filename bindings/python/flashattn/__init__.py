@@ -1110,7 +1110,10 @@ def forward_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     k_cache, v_cache : array
         Contiguous: ``(batch, capacity, heads_kv, head_dim)``. Paged (with ``block_table``):
         ``(num_pages, page_size, heads_kv, head_dim)``, any page size. v_cache's last
-        dimension is head_dim_v (as forward()).
+        dimension is head_dim_v (as forward()). Only the last dimension must be contiguous:
+        a head-major cache (Hugging Face's ``(batch, heads_kv, capacity, head_dim)``,
+        FlashInfer's HND pages ``(num_pages, heads_kv, page_size, head_dim)``) is passed as
+        its transposed view, ``k.transpose(1, 2)`` (PyTorch) or ``k.transpose(0, 2, 1, 3)``.
     cache_seqlens : array
         int32 ``(batch,)`` on q's device: how many cache rows sequence ``b`` sees. Masks align to
         it (the last query row sits at key position ``cache_seqlens[b] - 1``).

@@ -145,6 +145,33 @@ def test_forward_kvcache(page_size, sq, dv):
         np.testing.assert_allclose(lse[b], rl, atol=2e-4)
 
 
+@pytest.mark.parametrize("page_size", [None, 3, 16])
+def test_forward_kvcache_head_major_views(page_size):
+    """Head-major caches, each K/V head's rows together (Hugging Face's (batch, heads_kv,
+    capacity, d), FlashInfer's HND pages (num_pages, heads_kv, page_size, d)), passed as
+    transposed views give the row-major cache's result bit for bit."""
+    rng = np.random.default_rng(61)
+    batch, hq, hkv, d, capacity = 2, 8, 2, 32, 40
+    lens = np.array([40, 9], np.int32)
+    q = rand(rng, batch, 4, hq, d)
+    table = None
+    if page_size is None:
+        shape = (batch, capacity, hkv, d)
+    else:
+        per_seq = -(-capacity // page_size)
+        shape = (batch * per_seq, page_size, hkv, d)
+        table = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
+    k, v = rand(rng, *shape), rand(rng, *shape)
+    k_hm, v_hm = (np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (k, v))
+    kwargs = dict(cache_seqlens=lens, block_table=table, causal=True, num_splits=2,
+                  return_lse=True)
+    want = flashattn.forward_kvcache(q, k, v, **kwargs)
+    got = flashattn.forward_kvcache(q, k_hm.transpose(0, 2, 1, 3), v_hm.transpose(0, 2, 1, 3),
+                                    **kwargs)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_forward_kvcache_bad_page_is_refused():
     q = np.ones((1, 1, 2, 16), np.float32)
     cache = np.ones((4, 2, 2, 16), np.float32)
