@@ -131,7 +131,7 @@ struct FeatureData {
         break;
       }
       default:
-        if (c.head_major) return ((b * c.heads_kv + g) * c.capacity() + j) * dim;
+        if (c.cache() && c.head_major) return ((b * c.heads_kv + g) * c.capacity() + j) * dim;
         row = b * c.capacity() + j;
     }
     return (row * c.heads_kv + g) * dim;
