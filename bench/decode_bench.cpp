@@ -12,10 +12,10 @@
 // a bf16 cache or (--kv-dtype e4m3) an FP8 one with per-tensor descales, heads_q / heads_kv
 // query and K/V heads, standard-normal values (rounded to the cache's type), the cache's rows
 // of all K/V heads per key (--layout nhd, vLLM's) or each head's keys together (hnd: Hugging
-// Face's static cache, FlashInfer's HND pages; CSV column layout). Each point is a plan (workspace as the
-// plan asks) timed back to back in --iters windows of >= 200 ms (default 3); the median counts
-// (column us), beside the same step replayed from a CUDA graph (graph_us: the GPU's time alone)
-// and the host's issue time per call (host_us). Bandwidth is the bytes a
+// Face's static cache, FlashInfer's HND pages; CSV column layout). Each point is a plan
+// (workspace as the plan asks) timed back to back in --iters windows of >= 200 ms (default 3);
+// the median counts (column us), beside the same step replayed from a CUDA graph (graph_us:
+// the GPU's time alone) and the host's issue time per call (host_us). Bandwidth is the bytes a
 // kernel must move (K and V of every visible row, Q, O) over that time. CSV on stdout.
 // varlen: a batch of random lengths in [--min-len, --max-len] (seeded) summing to about --tokens,
 // causal, d 128, heads 16, against one dense batch of equal work (sequences of the mean length
