@@ -56,8 +56,13 @@ def time_backends(torch, found, point, label, window, repeats):
     make(*point) -> (step, output of a first call) (stepper); the first backend's output is the
     reference, and a later one that raises (a baseline refusing the point; NotImplementedError
     quietly) or differs from it by 0.05 or more (bf16 outputs of |o| < 1 are a few ulps apart)
-    is not timed. Then `repeats` windows of `window` ms per backend (window_ms), the backends
-    taking turns window by window, so a GPU slowed by a previous job slows them alike."""
+    is not timed. Then one untimed window of `window` ms per backend (window_ms), and `repeats`
+    timed ones, the backends taking turns window by window, each round starting one backend later
+    than the round before, so a GPU slowed by a previous job (or by the point before: the clock
+    after a long run at the power cap) slows them alike. Without the untimed windows and the
+    rotation, the first causal point after each head dim's 16k non-causal one (H200, FA-paper grid,
+    session 69) ran ours, timed first, at 0.94-0.95x and FA4, second, at 0.71-0.93x their previous
+    run, cuDNN and FA2 at 0.99-1.04x."""
     import statistics
     import sys
     steps, reference = {}, None
@@ -80,10 +85,14 @@ def time_backends(torch, found, point, label, window, repeats):
                       file=sys.stderr)
                 continue
         steps[name] = step
-    times = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            times[name].append(window_ms(torch, step, window))
+    names = list(steps)
+    for name in names:
+        window_ms(torch, steps[name], window)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            times[name].append(window_ms(torch, steps[name], window))
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
