@@ -59,10 +59,10 @@ def time_backends(torch, found, point, label, window, repeats):
     is not timed. Then one untimed window of `window` ms per backend (window_ms), and `repeats`
     timed ones, the backends taking turns window by window, each round starting one backend later
     than the round before, so a GPU slowed by a previous job (or by the point before: the clock
-    after a long run at the power cap) slows them alike. Without the untimed windows and the
-    rotation, the first causal point after each head dim's 16k non-causal one (H200, FA-paper grid,
-    session 69) ran ours, timed first, at 0.94-0.95x and FA4, second, at 0.71-0.93x their previous
-    run, cuDNN and FA2 at 0.99-1.04x."""
+    after a long run at the power cap) does not slow the same backend in every round. With ours
+    first in every round and no untimed window, d 256 causal 512 right after d 256's 16k
+    non-causal point (H200, FA-paper grid, bf16, session 69) ran ours at 0.94x and FA4 at 0.71x
+    their previous run's TFLOP/s, cuDNN at 1.00x."""
     import statistics
     import sys
     steps, reference = {}, None
