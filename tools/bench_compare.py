@@ -19,6 +19,9 @@ never waits for the host), the median of --repeats (3) such windows; the backend
 window by window at each point, so a GPU that a previous job left hot slows them alike. Before
 timing, every backend's output is compared with ours (max |difference|); one that computes
 something else is not timed. A backend that is missing or refuses a point leaves it empty.
+--softcap X (> 0) soft-caps every score (Gemma 2's X tanh(s / X)): ours and FA4 run it, SDPA's
+backends refuse; --alibi adds ALiBi with the usual slopes 2^(-8 (h + 1) / heads): ours alone (FA4
+and SDPA's flash backends have none). Both run the library's general instantiation (kernel.cuh).
 
 TFLOP/s = 2 * batch * heads * seqlen^2 * (d + d_v) / time (4 B H S^2 D where d_v = d), halved for
 causal. Writes results.csv (one
@@ -82,23 +85,38 @@ def parse_args():
     ap.add_argument("--backends", default="libflashattn," + ",".join(BASELINES),
                     help="comma-separated subset of libflashattn,fa4,cudnn,fa2")
     ap.add_argument("--bench", help="flashattn_bench, to name the library's pick per point")
-    return ap.parse_args()
+    ap.add_argument("--softcap", type=float, default=0.0,
+                    help="soft-cap every score at this value (0: off)")
+    ap.add_argument("--alibi", action="store_true", help="ALiBi with the usual slopes")
+    args = ap.parse_args()
+    if args.softcap < 0:
+        ap.error(f"--softcap {args.softcap}: 0 (off) or more")
+    return args
+
+
+def alibi_slopes(heads):
+    """The usual ALiBi slopes, 2^(-8 (h + 1) / heads) for head h (Press et al.)."""
+    return [2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)]
 
 
 def flops(batch, heads, seqlen, d, dv, causal):
     return 2.0 * batch * heads * seqlen * seqlen * (d + dv) / (2.0 if causal else 1.0)
 
 
-def backends(torch, wanted):
+def backends(torch, wanted, softcap=0.0, alibi=False):
     """name -> function(q, k, v, causal) returning a callable that runs one call and the output
-    of a first call (or raising where the backend refuses the point)."""
+    of a first call (or raising where the backend refuses the point: NotImplementedError for a
+    score transform it does not have)."""
     found = {}
 
     def ours(q, k, v, causal):
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
+        slopes = (torch.tensor(alibi_slopes(q.shape[2]), device=q.device, dtype=torch.float32)
+                  if alibi else None)
 
         def step():
-            flashattn.forward(q, k, v, causal=causal, out=out)
+            flashattn.forward(q, k, v, causal=causal, softcap=softcap, alibi_slopes=slopes,
+                              out=out)
         step()
         return step, out
 
@@ -107,7 +125,9 @@ def backends(torch, wanted):
         from flash_attn.cute import flash_attn_func
 
         def fa4(q, k, v, causal):
-            return stepper(lambda: flash_attn_func(q, k, v, causal=causal))
+            if alibi:
+                raise NotImplementedError("FlashAttention-4 has no ALiBi")
+            return stepper(lambda: flash_attn_func(q, k, v, causal=causal, softcap=softcap))
 
         found["fa4"] = fa4
     except ImportError as e:
@@ -116,6 +136,8 @@ def backends(torch, wanted):
 
     def sdpa(backend):
         def make(q, k, v, causal):
+            if softcap > 0 or alibi:
+                raise NotImplementedError("SDPA's flash backends have no score transforms")
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
             def call():
@@ -146,8 +168,9 @@ def kernel_names(args, dtype):
              int(r["seqlen"])): r["kernel"] for r in csv.DictReader(io.StringIO(out))}
 
 
-def table(gpu, dtype, rows, names, window_ms, repeats):
-    """The markdown table of one dtype: TFLOP/s per backend, ours over each baseline."""
+def table(gpu, dtype, rows, names, window_ms, repeats, transforms=""):
+    """The markdown table of one dtype: TFLOP/s per backend, ours over each baseline;
+    `transforms` names the score transforms every point ran with."""
     base = [n for n in BASELINES if n in names]
     by_point = {}
     for r in rows:
@@ -157,9 +180,9 @@ def table(gpu, dtype, rows, names, window_ms, repeats):
     lines = [f"GPU: {gpu}; {dtype}; TFLOP/s = 4 B H S^2 D / time (halved for causal), batch = "
              "16384 / S, heads = 2048 / D (32 where D does not divide 2048; D:D_v counts "
              f"2 B H S^2 (D + D_v)); back-to-back calls in >= {window_ms:g} ms windows, median of "
-             f"{repeats}.",
-             "", "| D | causal | S | " + " | ".join(names) + " | "
-             + " | ".join(f"ours / {n}" for n in base) + " | kernel |",
+             f"{repeats}." + (f" Every score: {transforms}." if transforms else ""),
+             "", "| " + " | ".join(["D", "causal", "S", *names, *(f"ours / {n}" for n in base),
+                                     "kernel"]) + " |",
              "|" + "---|" * (4 + len(names) + len(base))]
     ratios = {n: [] for n in base}
     for (d, dv, c, s), got in sorted(by_point.items()):
@@ -192,7 +215,7 @@ def main():
     print(f"GPU: {gpu}; libflashattn {flashattn.version()} "
           f"({os.environ.get('FLASHATTN_LIBRARY', 'found by the package')}); torch "
           f"{torch.__version__}, cuDNN {torch.backends.cudnn.version()}", flush=True)
-    found = backends(torch, args.backends.split(","))
+    found = backends(torch, args.backends.split(","), args.softcap, args.alibi)
     names = list(found)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +240,8 @@ def main():
                                          tflops=round(flops(b, h, s, d, dv, causal) / (ms * 1e-3)
                                                       / 1e12, 1),
                                          kernel=picks.get((d, dv, causal, s), "")
-                                         if name == "libflashattn" else ""))
+                                         if name == "libflashattn" else "",
+                                         softcap=args.softcap, alibi=int(args.alibi)))
                         print(",".join(str(x) for x in rows[-1].values()), flush=True)
                     del q, k, v
                     torch.cuda.empty_cache()
@@ -227,7 +251,10 @@ def main():
         w.writerows(rows)
     lines = []
     for dtype_name in args.dtype.split(","):
-        lines += table(gpu, dtype_name, rows, names, args.window_ms, args.repeats) + [""]
+        transforms = ", ".join(([f"soft-capped at {args.softcap:g}"] if args.softcap else [])
+                               + (["ALiBi"] if args.alibi else []))
+        lines += table(gpu, dtype_name, rows, names, args.window_ms, args.repeats,
+                       transforms) + [""]
     (out_dir / "performance.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -340,7 +340,8 @@ def sm90_tuning_configs(dtype, d_head):
     """Candidates for a tuning sweep (FA_KERNEL_SET=sm90): sm90_configs' tiles with every
     combination of overlap, ping-pong and persistent scheduling at two stages, the knobs all on
     and all off at three stages, and wider tiles (FA3's among them: d 64 with three consumer
-    warpgroups, 192 query rows; d 128 with 176 keys; d 192 with 96, freeing registers, and with
+    warpgroups, 192 query rows; d 128 with 176 keys (192 take more registers than a tile may:
+    src/cuda/sm90/config.hpp's accumulator_limit); d 192 with 96, freeing registers, and with
     128, V then held in 128 columns for value head dims up to 128; d 256 with 80) with overlap: alone, persistent, ping-pong, and persistent with ping-pong (ping-pong only
     with two consumer warpgroups, so not for the 192-row d 64 tile)."""
     base = sm90_configs(dtype, d_head)[0]
@@ -351,7 +352,7 @@ def sm90_tuning_configs(dtype, d_head):
                     dataclasses.replace(base, stages=3, overlap=True, pingpong=True,
                                         persistent=True)]
     wide = {64: [dict(B_r=192, n_warps=16), dict(B_c=176)],
-            128: [dict(B_c=176), dict(B_c=192)],
+            128: [dict(B_c=176)],  # 192 keys: over config.hpp's accumulator_limit
             192: [dict(B_c=96), dict(B_c=128)],  # 128 keys: V in 128 columns (192 / 128)
             256: [dict(B_c=80)]}[d_head]
     for tile in wide:

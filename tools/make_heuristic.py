@@ -67,7 +67,11 @@ def main():
                     help="kernels per head dim for the head dims below it (the pad rows)")
     ap.add_argument("--keep-earlier", action="append", default=[], metavar="D:C",
                     help="(head dim, causal) pair that later sweeps do not replace")
+    ap.add_argument("--exclude", action="append", default=[], metavar="KERNEL",
+                    help="a kernel (its name without the dtype, as the table writes it) left out "
+                         "of every sweep: one the build no longer has")
     args = ap.parse_args()
+    excluded = set(args.exclude)
     keep = set()
     for pair in args.keep_earlier:
         try:
@@ -91,6 +95,8 @@ def main():
                 d = int(r["head_dim"])
                 dv = int(r.get("head_dim_v") or d)
                 kernel = strip_dtype(r["kernel"])
+                if kernel in excluded:
+                    continue
                 if kernel_head_dim(kernel) != d:
                     if dv == d:
                         key = (kernel_head_dim(kernel), int(r["causal"]), int(r["seqlen"]), d)
@@ -113,7 +119,11 @@ def main():
              + f" --pad-kernels {args.pad_kernels}"
              + "".join(f" --keep-earlier {d}:{c}" for d, c in sorted(keep))
              + " (a later sweep's",
-             "# (head_dims, causal) pairs replace the earlier's); regenerate, do not edit. Columns:",
+             "# (head_dims, causal) pairs replace the earlier's)"
+             + ("" if excluded else "; regenerate, do not edit. Columns:"),
+             *(f"# --exclude '{kernel}'" for kernel in sorted(excluded)),
+             *(["# (kernels the build no longer has); regenerate, do not edit. Columns:"]
+               if excluded else []),
              "#   pick <head_dim>[:<head_dim_v>] <causal> <max_seqlen> | <config without dtype>",
              "#     the kernel for max(seqlen_q, seqlen_k) <= max_seqlen (the last row of a",
              "#     (head_dims, causal) also serves longer sequences)",

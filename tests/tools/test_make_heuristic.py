@@ -34,7 +34,10 @@ def header_command(path):
         m = re.match(r"# with (.*) \(a later sweep's", line)
         if m:
             options = m.group(1).split()
-            break
+            continue
+        m = re.match(r"# --exclude '(.*)'$", line)
+        if m:
+            options += ["--exclude", m.group(1)]
     return sweeps, ["--arch", arch, *options]
 
 
@@ -102,6 +105,16 @@ class KeepEarlier(unittest.TestCase):
                       "--out", self.out])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(picks(self.out), ["64, b): x", "64, b): x"])
+
+    def test_an_excluded_kernel_is_named_nowhere_and_recorded_in_the_header(self):
+        r = run_tool([self.first, self.later, "--arch", "80", "--exclude", "64, b): x",
+                      "--out", self.out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(picks(self.out), ["64, a): x", "64, a): x"])
+        with open(self.out) as f:
+            text = f.read()
+        self.assertIn("# --exclude '64, b): x'", text)
+        self.assertNotIn("| 64, b): x", text)
 
     def test_a_malformed_pair_is_refused_by_name(self):
         r = run_tool([self.first, "--arch", "80", "--keep-earlier", "128", "--out", self.out])

@@ -31,10 +31,13 @@ std::string validate(KernelConfig const& c) {
                c.n_warps, c.d_head, c.B_c, static_cast<long long>(e4m3_v_slots(c)));
   if (!rules::registers_ok(c))
     return fmt("B_c = %d and d_head = %d need %lld accumulator registers per thread (B_c / 2 for "
-               "S, B_c / 4 for P (B_c / 8 in E4M3), v_cols / 2 for O; v_cols = %lld), over the %d "
-               "of a consumer with n_warps = %d",
+               "S, B_c / 4 for P (B_c / 8 in E4M3), v_cols / 2 for O; v_cols = %lld), over the "
+               "%lld a tile with n_warps = %d may hold (its consumer's %d less 24, at most 200 in "
+               "a 16-bit tile of two consumer warpgroups)",
                c.B_c, c.d_head, static_cast<long long>(rules::accumulator_regs(c)),
-               static_cast<long long>(v_cols(c)), rules::consumer_regs(c) - 24, c.n_warps);
+               static_cast<long long>(v_cols(c)),
+               static_cast<long long>(rules::accumulator_limit(c)), c.n_warps,
+               rules::consumer_regs(c));
   if (c.dtype == DType::kE4M3 && !rules::smem_ok(c))
     return fmt("shared memory of the E4M3 layout (Q, stages of K and of V transposed, V's TMA "
                "slots) = %lld bytes exceeds %d", static_cast<long long>(smem_bytes(c)),

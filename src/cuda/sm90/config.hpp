@@ -145,9 +145,9 @@ constexpr bool stages_ok(KernelConfig const& c) { return c.stages >= 2 && c.stag
 constexpr bool pingpong_ok(KernelConfig const& c) { return !c.pingpong || c.n_warps == 12; }
 // Per consumer thread the S accumulators (B_c / 2 floats), P (B_c / 4 packed pairs; e4m3: B_c / 8
 // registers of four bytes) and O (v_cols / 2 floats) stay in registers, within the reallocated
-// budget less 24 for addresses, row statistics and indices: with 2 consumer warpgroups 232 up to
-// d 192 where those take 200 or fewer, else 240 (d 256, V in fewer columns than d_head, d 128
-// with 192 keys), 224 in an FP8 kernel (240 in one whose producer only copies:
+// budget less 24 for addresses, row statistics and indices (accumulator_limit): with 2 consumer
+// warpgroups 232 up to d 192 where those take 200 or fewer, else 240 (d 256, V in fewer columns
+// than d_head), 224 in an FP8 kernel (240 in one whose producer only copies:
 // e4m3_images_only); 160 with 3, 256 with 1 (tile.cuh's kConsumerRegs).
 constexpr int64_t accumulator_regs(KernelConfig const& c) {
   int64_t const p = c.dtype == DType::kE4M3 ? c.B_c / 8 : c.B_c / 4;
@@ -161,8 +161,17 @@ constexpr int consumer_regs(KernelConfig const& c) {
       c.d_head <= 192 && v_cols(c) == c.d_head && accumulator_regs(c) <= 200;
   return wide_producer ? 232 : 240;
 }
+// The most accumulator registers a tile may take: the consumer's less 24, and in a 16-bit tile
+// of two consumer warpgroups at most 200. At 208 (d 128 with 192 keys, on 240) ptxas serialized
+// the wgmmas (C7512) and spilled 24-164 bytes in each instantiation, producer and consumers,
+// with every other tile of the default build spilling 8 bytes at most (tools/compile_sm90.py,
+// docs/performance.md session 70); that tile only ever was an autotuning candidate.
+constexpr int64_t accumulator_limit(KernelConfig const& c) {
+  int64_t const budget = consumer_regs(c) - 24;
+  return c.n_warps == 12 && c.dtype != DType::kE4M3 && budget > 200 ? 200 : budget;
+}
 constexpr bool registers_ok(KernelConfig const& c) {
-  return accumulator_regs(c) <= consumer_regs(c) - 24;
+  return accumulator_regs(c) <= accumulator_limit(c);
 }
 // FP8 kernels (e4m3 Q, K and V): two consumer warpgroups at d 128 or 256 (a row of K is one or
 // two 128-byte swizzle blocks; d 64's 64-byte rows would need another swizzle) with B_c of 64,

@@ -121,8 +121,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   // and d 64 0.99-1.07x the previous commit, the overlap alone 1.00-1.04x and 0.98-1.04x
   // (H200). At d 256 with descriptors rebuilt per step its uniform registers ran out and it
   // spilled more (0.95-1.02x).
-  int const wg =
-      (kStepDescriptors<T, kMma> ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128) - 1;
+  // The FP8 tiles' plain instantiation takes the warpgroup through the shuffle too: held in a
+  // vector register, its wg (the named barrier of the key loop's warpgroup vote) spilled at d 256
+  // with 128 keys, a store and a load every key block (16 bytes in all); its general
+  // instantiation spilled more with the shuffle (20 -> 40 bytes) and keeps the division.
+  int const wg = (kStepDescriptors<T, kMma> || (T::kFp8 && !kGeneral)
+                      ? __shfl_sync(0xffffffffu, tid / 128, 0)
+                      : tid / 128) -
+                 1;
   int const warp = (tid / 32) % 4, lane = tid % 32;
   int const r0 = 16 * warp + lane / 4;  // this thread's rows in the warpgroup: r0 and r0 + 8
   uint32_t const q_base = smem_addr(sm.q_tile) + wg * 64 * 128;
@@ -132,7 +138,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   turns.start();
 
   int64_t pipe = 0, q_round = 0;
-  for (int64_t round = 0; round < sched.rounds; ++round) {
+  for (int64_t round = 0;; ++round) {
     int64_t const tile = sched.tile(round);
     if (tile >= sched.n_tiles) break;
     // (The plain e4m3 consumers decode by divisions too: with the fast decode ptxas spilled 32

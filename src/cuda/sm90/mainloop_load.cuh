@@ -122,15 +122,19 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
       }
     }
   };
-  // The lanes' rows of the looked-up block (page[], row[]) as element offsets in K or V (page
-  // and row strides), -1 past the keys: each lane turns them into offsets once per block and
-  // tensor, so a pass shuffles two words and adds, rather than multiplying 64-bit strides per
-  // copy (10 of the 27 instructions a copy took).
-  auto offsets = [&](int64_t page_stride, int64_t row_stride, int64_t(&off)[kSlots]) {
+  // The lanes' rows of the looked-up block (page[], row[]) as element offsets of the K/V head's
+  // row in K or V (page, row and head strides), -1 past the keys: each lane turns them into
+  // offsets once per block and tensor, so a pass shuffles two words and adds, rather than
+  // multiplying 64-bit strides per copy (10 of the 27 instructions a copy took). The head's
+  // offset is added here rather than to the copies' 64-bit base pointer, which then needs no
+  // register of its own across the passes (with one, ptxas spilled 4 bytes at d 256).
+  auto offsets = [&](int64_t page_stride, int64_t row_stride, int64_t head_stride,
+                     int64_t(&off)[kSlots]) {
+    int64_t const head_off = int64_t(kv_head) * head_stride;
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
       off[slot] = page[slot] >= 0 ? int64_t(uint32_t(page[slot])) * page_stride +
-                                        int64_t(uint32_t(row[slot])) * row_stride
+                                        int64_t(uint32_t(row[slot])) * row_stride + head_off
                                   : -1;
     }
   };
@@ -139,7 +143,7 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
   // chunk at or past `cols` (the tensor's head dim: below the kernel's in the bounded
   // instantiations only, the general one and the narrow pairs: kernel.cuh) is zero-filled,
   // never read.
-  auto gather = [&](void const* tensor, int64_t head_stride, int64_t const(&off)[kSlots],
+  auto gather = [&](void const* tensor, int64_t const(&off)[kSlots],
                     uint32_t dst, int cols, int groups, bool whole) {
     int const ptid = producer_thread();
     int const lane = ptid % 32, warp = ptid / 32;
@@ -164,15 +168,20 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     int const r0 = warp * kWarpRows + sub;
     uint32_t const swizzle[2] = {(unit ^ uint32_t(r0 & 7)) << 4,
                                  (unit ^ uint32_t((r0 + kRowsPerPass) & 7)) << 4};
-    // This thread's chunk of the head's row 0 of page 0.
-    Elem const* const base =
-        static_cast<Elem const*>(tensor) + int64_t(kv_head) * head_stride + chunk * 8;
+    // This thread's chunk of row 0 of page 0 (off[] holds the head's offset).
+    Elem const* const base = static_cast<Elem const*>(tensor) + chunk * 8;
     dst += uint32_t(chunk / 8) * T::kBc * 128 + uint32_t(r0) * 128;
     // Not unrolled: d 192's three groups unrolled kept three sets of addresses live in the
     // producer's 24 registers of then (ptxas: 348-412 bytes of spills at 112 keys, 100-160
     // rolled).
 #pragma unroll 1
     for (int g = 0; g < groups; ++g) {
+      // How many of the thread's kPerThread chunks of a row lie within `cols` (a multiple of 8:
+      // whole chunks): chunk j does where j is below it. A count compared with constants
+      // rather than each chunk's column compared with `cols`: those four columns held across
+      // the passes spilled 8 bytes under the producer's 24 registers at d 256 (ptxas).
+      int const in_cols_chunks =
+          min(kPerThread, max(cols / 8 - chunk - g * kChunks + kRowThreads - 1, 0) / kRowThreads);
       auto pass = [&](int i, auto whole_block) {
         // The warp's row index i * kWarpRows + sub lives in lane (i * kWarpRows) % 32 + sub of
         // slot (i * kWarpRows) / 32 (selected, not indexed: a rolled loop would put off[] in
@@ -193,8 +202,7 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
           if constexpr (kWhole) {
             ptx::cp_async_16(dst + block + (at ^ flip), src + j * kRowThreads * 8);
           } else {
-            bool const in_cols =
-                !kBounded || (chunk + g * kChunks + j * kRowThreads) * 8 < cols;
+            bool const in_cols = !kBounded || j < in_cols_chunks;
             ptx::cp_async_16_zfill(dst + block + (at ^ flip), src + j * kRowThreads * 8,
                                    in_keys && in_cols);
           }
@@ -235,27 +243,34 @@ __device__ __forceinline__ void gather_kv(Params const& params, Smem<T> const& s
     uint32_t const phase = (pipe / T::kStages) & 1;
     int64_t off[kSlots];
     mbar_wait(&sm.k_empty[s], phase ^ 1);
-    offsets(p.k_batch_stride, p.k_seq_stride, off);
+    offsets(p.k_batch_stride, p.k_seq_stride, p.k_head_stride, off);
     // A block of whole rows and columns (every block but a sequence's last, where its keys end
     // mid-block, and a bounded head dim's) copies with the plain cp.async: the zero-filling form
     // (SASS LDGSTS...ZFILL) costs 8 shared-memory wavefronts an instruction where the plain one
     // costs 4, as FA4's copies do (ncu, H200, d 256 on pages of 1: 132.6 M -> 66.3 M, the
     // kernel 1.03x faster; docs/performance.md session 58).
     bool const whole_rows = (n + 1) * T::kBc <= w.seq.sk;
-    gather(p.k, p.k_head_stride, off, smem_addr(sm.k_tiles + s * T::kKVBytes), p.head_dim,
+    gather(p.k, off, smem_addr(sm.k_tiles + s * T::kKVBytes), p.head_dim,
            kGroups, whole_rows && (!kBounded || p.head_dim >= T::kD));
     // V's offsets, then the next block's pages, which load while this block's copies run and
     // the V stage frees. Looked up after V's copies instead (no offsets held across the wait),
     // pages of 1 ran 0.93-0.97x as fast (chunked prefill, d 128, H200; docs/performance.md):
     // the table's latency fell where the next block's K gather needs its pages.
-    offsets(p.v_batch_stride, p.v_seq_stride, off);
-    if (it + 1 < w.n_blocks) look_up(n - 1);
+    offsets(p.v_batch_stride, p.v_seq_stride, p.v_head_stride, off);
+    // Where K's copies run in a loop over column groups (d 192), the next block's index is
+    // derived afresh from the loop's count: n held across that loop spilled 4 bytes under the
+    // producer's 24 registers; with one group (d 256 with 80 keys) deriving it so spilled 24.
+    if (it + 1 < w.n_blocks) {
+      look_up(kGroups > 1 ? w.n_begin + w.n_blocks - 2 - int(opaque(uint32_t(it))) : n - 1);
+    }
     if (pending_v >= 0) {
       ptx::cp_async_wait<1>();  // the previous block's V; this block's K may still run
       signal(&sm.v_full[pending_v]);
     }
-    mbar_wait(&sm.v_empty[s], phase ^ 1);
-    gather(p.v, p.v_head_stride, off, smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v,
+    // The phase read afresh from the pipeline's count: held across K's gather, ptxas spilled it
+    // (4 bytes at d 256 with 80 keys, under the producer's 24 registers).
+    mbar_wait(&sm.v_empty[s], (uint32_t(opaque(pipe) / T::kStages) & 1) ^ 1);
+    gather(p.v, off, smem_addr(sm.v_tiles + s * T::kVBytes), p.head_dim_v,
            kVGroups, whole_rows && (!kBounded || p.head_dim_v >= T::kDv));
     ptx::cp_async_wait<1>();  // this block's K; its V may still run
     signal(&sm.k_full[s]);
@@ -292,7 +307,7 @@ __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> cons
                                               TileScheduler<T> const& sched, bool wait,
                                               bool leader, Body&& body) {
   int64_t q_round = 0;
-  for (int64_t round = 0; round < sched.rounds; ++round) {
+  for (int64_t round = 0;; ++round) {
     int64_t const tile = sched.tile(round);
     if (tile >= sched.n_tiles) break;
     Work const w = work_of<T>(params, tile);

@@ -122,9 +122,15 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 
 // `x` through a move the compiler cannot see through, so that what is computed from it stays
 // where it is written: a key loop's descriptors built from a loop-invariant address are not
-// hoisted out of the loop into registers for its whole length (mainloop_mma.cuh, d 192, 256).
+// hoisted out of the loop into registers for its whole length (mainloop_mma.cuh, d 192, 256),
+// and what the producer derives from its loop's counts is derived where it is used rather than
+// held across a gather (mainloop_load.cuh).
 __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   asm volatile("mov.b32 %0, %1;" : "=r"(x) : "r"(x));
+  return x;
+}
+__device__ __forceinline__ int64_t opaque(int64_t x) {
+  asm volatile("mov.b64 %0, %1;" : "=l"(x) : "l"(x));
   return x;
 }
 

@@ -97,16 +97,20 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void mask(ForwardParams const& p, RowFrame const& f, bool transform,
                                        int64_t key0, float (&sc)[T::kBc / 2]) {
     if (transform) {
-      // ALiBi's distance |i + sk - sq - j| from each row's diagonal offset within the block.
-      float const diag[2] = {float(f.diag0 - key0), float(f.diag0 + 8 - key0)};
+      // ALiBi's distance |i + sk - sq - j| from each row's diagonal offset within the block,
+      // less this thread's first column (2 (lane % 4)), so that each score subtracts a constant
+      // (its column's offset from that first one): with the column itself, ptxas hoisted the
+      // block's Bc / 4 columns as floats out of the key loop and spilled them (132 bytes at d
+      // 128 with 176 keys).
+      float const diag[2] = {float(f.diag0 - key0 - 2 * (f.lane % 4)),
+                             float(f.diag0 + 8 - key0 - 2 * (f.lane % 4))};
 #pragma unroll
       for (int i = 0; i < T::kBc / 2; ++i) {
         float y = sc[i] * p.softmax_scale;
         if (p.softcap > 0.f) y = p.softcap * tanhf(y * p.inv_softcap);
         y *= 1.4426950408889634f;
         if (p.alibi != 0) {
-          int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
-          y -= f.slope * fabsf(diag[(i >> 1) & 1] - float(col));
+          y -= f.slope * fabsf(diag[(i >> 1) & 1] - float(8 * (i / 4) + (i & 1)));
         }
         sc[i] = y;
       }
@@ -119,26 +123,29 @@ struct OnlineSoftmax {
     bool const left = key0 < f.wg_diag + 63 - p.window_left;
     if (left || key0 + T::kBc > f.sk || key0 + T::kBc - 1 > f.wg_diag + p.window_right) {
       // Each row's visible columns of the block as a range [lo, hi], clamped to 32 bits once,
-      // so the per-score test is integer compares (not 64-bit key arithmetic).
+      // so the per-score test is integer compares (not 64-bit key arithmetic); both less this
+      // thread's first column (2 (lane % 4)), so that each score compares its column's constant
+      // offset from that one (as ALiBi's distance above).
       int lo[2], hi[2];
+      int const first = 2 * (f.lane % 4);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         int64_t const diag = f.diag0 + 8 * r - key0;
         int64_t const last = min(diag + p.window_right, int64_t(f.sk) - 1 - key0);
-        hi[r] = int(max(min(last, int64_t(T::kBc)), int64_t(-1)));
-        lo[r] = int(max(min(diag - p.window_left, int64_t(T::kBc)), int64_t(0)));
+        hi[r] = int(max(min(last, int64_t(T::kBc)), int64_t(-1))) - first;
+        lo[r] = int(max(min(diag - p.window_left, int64_t(T::kBc)), int64_t(0))) - first;
       }
       if (left) {
 #pragma unroll
         for (int i = 0; i < T::kBc / 2; ++i) {
-          int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
+          int const col = 8 * (i / 4) + (i & 1);
           int const r = (i >> 1) & 1;
           if (col < lo[r] || col > hi[r]) sc[i] = -INFINITY;
         }
       } else {
 #pragma unroll
         for (int i = 0; i < T::kBc / 2; ++i) {
-          int const col = 8 * (i / 4) + 2 * (f.lane % 4) + (i & 1);
+          int const col = 8 * (i / 4) + (i & 1);
           if (col > hi[(i >> 1) & 1]) sc[i] = -INFINITY;
         }
       }

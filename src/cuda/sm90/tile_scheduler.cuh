@@ -85,20 +85,26 @@ __device__ __forceinline__ Work work_of(Params const& params, int64_t tile) {
 // gridDim.x - 1 - b of every odd one. The snake evens out the blocks' sums of work when tiles
 // come heaviest first (causal): plain striding hands block 0 the heaviest tile of every round
 // (on an H200 at d = 256, causal, 16k: 0.52x the speed of one block per tile).
+// A block walks rounds 0, 1, ... until tile() says it has none left. (No count of rounds: its
+// 64-bit division at the kernel's entry, held across the consumers' code, made ptxas spill it in
+// FP8 tiles, 8-24 bytes.)
 template <class T>
 struct TileScheduler {
   int64_t n_tiles;
-  int64_t grid;
-  int64_t rounds;
+  int grid;  // gridDim.x: below 2^31
 
   __device__ __forceinline__ explicit TileScheduler(ForwardParams const& p)
       : n_tiles(int64_t(p.n_q_blocks) * p.heads_q * p.batch * p.num_splits),
-        grid(gridDim.x),
-        rounds(T::kPersistent ? (n_tiles + grid - 1) / grid : 1) {}
+        grid(int(gridDim.x)) {}
 
-  // The tile of `round`; n_tiles or more when the block has none left.
+  // The tile of `round`; n_tiles or more when the block has none left (a block of a kernel
+  // without kPersistent takes round 0's alone). The position within the round in 32 bits: a
+  // 64-bit grid - 1 - blockIdx.x, hoisted out of the tile loop, spilled in the persistent d 64
+  // tile's e4m3-cache instantiation (8 bytes under its producer's 56 registers).
   __device__ __forceinline__ int64_t tile(int64_t round) const {
-    return round * grid + (round & 1 ? grid - 1 - blockIdx.x : blockIdx.x);
+    if (!T::kPersistent && round > 0) return n_tiles;
+    int const b = int(blockIdx.x);
+    return round * grid + (round & 1 ? grid - 1 - b : b);
   }
 };
 

@@ -56,12 +56,20 @@ constexpr KernelConfig kD256B96{DType::kBF16, 256, 128, 96, 12, false, false, fa
 static_assert(v_cols(kD256B96) == 256 && pipe_bytes(kD256B96, 128) == 214096 &&
               !rules::own(kD256B96));
 // Consumers get 232 registers where S, P and O take 200 or fewer of them (d 128 with 128 keys:
-// 96 + 64), else 240 (d 128 with 192 keys: 144 + 64 = 208; d 256; the V-128 tile).
+// 96 + 64), else 240 (d 256; the V-128 tile); a 16-bit tile of two consumers whose S, P and O
+// take more than 200 is refused (d 128 with 192 keys: 144 + 64 = 208; d 64 with 240: 180 + 32),
+// 176 keys at d 128 (132 + 64 = 196) and d 256's 80 (60 + 128) stay.
 static_assert(rules::consumer_regs(kBase) == 232 && rules::consumer_regs(kD192) == 232);
-static_assert(rules::consumer_regs(KernelConfig{DType::kBF16, 128, 128, 192, 12, false, false,
-                                                false, 0, 0, 0, false, false, kId, 2}) == 240);
+constexpr KernelConfig kD128B192{DType::kBF16, 128, 128, 192, 12, false, false, false, 0, 0, 0,
+                                 false, false, kId, 2};
+static_assert(rules::consumer_regs(kD128B192) == 240 && rules::accumulator_regs(kD128B192) == 208 &&
+              rules::accumulator_limit(kD128B192) == 200 && !rules::own(kD128B192));
 static_assert(rules::consumer_regs(kD192V128) == 240 && rules::consumer_regs(kD256B96) == 240);
-static_assert(rules::own(KernelConfig{DType::kBF16, 64, 128, 240, 12, false, false, false, 0, 0,
+static_assert(!rules::own(KernelConfig{DType::kBF16, 64, 128, 240, 12, false, false, false, 0, 0,
+                                       0, false, false, kId, 2}));
+static_assert(rules::own(KernelConfig{DType::kBF16, 128, 128, 176, 12, false, false, false, 0, 0,
+                                      0, false, false, kId, 2}) &&
+              rules::own(KernelConfig{DType::kBF16, 256, 128, 80, 12, false, false, false, 0, 0,
                                       0, false, false, kId, 2}));
 
 // FP8 kernels (dtype E4M3: e4m3 Q, K and V): their own layout (config.hpp), 1024 + Q (128 * 128)
@@ -163,6 +171,7 @@ TEST_SUITE("family") {
     SUBCASE("accumulators within the consumer's registers") {
       check_valid(base_with([](KernelConfig& c) { c.d_head = 256, c.B_c = 64; }));
       check_invalid(base_with([](KernelConfig& c) { c.d_head = 256; }), "registers");
+      check_invalid(base_with([](KernelConfig& c) { c.B_c = 192; }), "at most 200");
       check_invalid(base_with([](KernelConfig& c) { c.n_warps = 16, c.B_r = 192, c.B_c = 192; }),
                     "registers");
     }
