@@ -89,8 +89,12 @@ def parse_args():
                     help="soft-cap every score at this value (0: off)")
     ap.add_argument("--alibi", action="store_true", help="ALiBi with the usual slopes")
     args = ap.parse_args()
-    if args.softcap < 0:
-        ap.error(f"--softcap {args.softcap}: 0 (off) or more")
+    if not args.softcap >= 0 or args.softcap == float("inf"):
+        ap.error(f"--softcap {args.softcap}: 0 (off) or a finite positive value")
+    if (args.softcap > 0 or args.alibi) and args.backends.split(",")[0] != "libflashattn":
+        # The first backend's output is every other's reference: one without the transform
+        # would refuse the point and end the run.
+        ap.error("--softcap and --alibi need libflashattn as the first of --backends")
     return args
 
 

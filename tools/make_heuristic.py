@@ -71,7 +71,7 @@ def main():
                     help="a kernel (its name without the dtype, as the table writes it) left out "
                          "of every sweep: one the build no longer has")
     args = ap.parse_args()
-    excluded = set(args.exclude)
+    excluded, seen = set(args.exclude), set()
     keep = set()
     for pair in args.keep_earlier:
         try:
@@ -96,6 +96,7 @@ def main():
                 dv = int(r.get("head_dim_v") or d)
                 kernel = strip_dtype(r["kernel"])
                 if kernel in excluded:
+                    seen.add(kernel)
                     continue
                 if kernel_head_dim(kernel) != d:
                     if dv == d:
@@ -112,6 +113,9 @@ def main():
         for key in [k for k in by_point if k[:3] in pairs]:
             del by_point[key]
         by_point.update({k: v for k, v in points.items() if k[:3] in pairs})
+    unseen = excluded - seen
+    if unseen:
+        ap.error("--exclude names no kernel of the sweeps: " + "; ".join(sorted(unseen)))
 
     lines = [f"# Kernel choice for sm_{args.arch}, derived by tools/make_heuristic.py from",
              *(f"#   {sweep}" for sweep in args.sweeps),

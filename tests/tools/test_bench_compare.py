@@ -91,6 +91,18 @@ class Transforms(unittest.TestCase):
                          ("slopes", tuple(bench_compare.alibi_slopes(4))))
         self.assertEqual(calls[0][1]["softcap"], 0.0)
 
+    def test_transforms_need_ours_first_and_a_finite_cap(self):
+        for argv in (["--softcap", "30", "--backends", "fa4,libflashattn"],
+                     ["--alibi", "--backends", "cudnn"], ["--softcap", "nan"],
+                     ["--softcap", "inf"], ["--softcap", "-1"]):
+            with mock.patch.object(sys, "argv", ["bench_compare.py", "--out", "x", *argv]), \
+                    mock.patch("sys.stderr"), self.assertRaises(SystemExit):
+                bench_compare.parse_args()
+        with mock.patch.object(sys, "argv", ["bench_compare.py", "--out", "x", "--softcap", "30",
+                                             "--alibi"]):
+            args = bench_compare.parse_args()
+        self.assertEqual((args.softcap, args.alibi), (30.0, True))
+
     def test_without_transforms_every_backend_runs(self):
         made, _ = self.run_point()
         self.assertEqual(set(made.values()), {"ran"})

@@ -116,6 +116,12 @@ class KeepEarlier(unittest.TestCase):
         self.assertIn("# --exclude '64, b): x'", text)
         self.assertNotIn("| 64, b): x", text)
 
+    def test_an_exclusion_that_names_no_kernel_is_refused(self):
+        r = run_tool([self.first, "--arch", "80", "--exclude", "64, c): x", "--out", self.out])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("64, c): x", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
     def test_a_malformed_pair_is_refused_by_name(self):
         r = run_tool([self.first, "--arch", "80", "--keep-earlier", "128", "--out", self.out])
         self.assertEqual(r.returncode, 2)

@@ -163,9 +163,10 @@ constexpr int consumer_regs(KernelConfig const& c) {
 }
 // The most accumulator registers a tile may take: the consumer's less 24, and in a 16-bit tile
 // of two consumer warpgroups at most 200. At 208 (d 128 with 192 keys, on 240) ptxas serialized
-// the wgmmas (C7512) and spilled 24-164 bytes in each instantiation, producer and consumers,
-// with every other tile of the default build spilling 8 bytes at most (tools/compile_sm90.py,
-// docs/performance.md session 70); that tile only ever was an autotuning candidate.
+// the wgmmas (C7512) and spilled in both instantiations, producer and consumers (52 and 164
+// bytes of stores), where every other 16-bit tile of the default build spills 8 bytes at most
+// (tools/compile_sm90.py, docs/performance.md session 70); that tile only ever was an
+// autotuning candidate.
 constexpr int64_t accumulator_limit(KernelConfig const& c) {
   int64_t const budget = consumer_regs(c) - 24;
   return c.n_warps == 12 && c.dtype != DType::kE4M3 && budget > 200 ? 200 : budget;

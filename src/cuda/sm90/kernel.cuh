@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   // spilled more (0.95-1.02x).
   // The FP8 tiles' plain instantiation takes the warpgroup through the shuffle too: held in a
   // vector register, its wg (the named barrier of the key loop's warpgroup vote) spilled at d 256
-  // with 128 keys, a store and a load every key block (16 bytes in all); its general
+  // with 128 keys, a store and a load every key block (24 / 48 bytes before); its general
   // instantiation spilled more with the shuffle (20 -> 40 bytes) and keeps the division.
   int const wg = (kStepDescriptors<T, kMma> || (T::kFp8 && !kGeneral)
                       ? __shfl_sync(0xffffffffu, tid / 128, 0)

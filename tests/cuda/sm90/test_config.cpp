@@ -171,7 +171,7 @@ TEST_SUITE("family") {
     SUBCASE("accumulators within the consumer's registers") {
       check_valid(base_with([](KernelConfig& c) { c.d_head = 256, c.B_c = 64; }));
       check_invalid(base_with([](KernelConfig& c) { c.d_head = 256; }), "registers");
-      check_invalid(base_with([](KernelConfig& c) { c.B_c = 192; }), "at most 200");
+      check_invalid(base_with([](KernelConfig& c) { c.B_c = 192; }), "over the 200 a tile");
       check_invalid(base_with([](KernelConfig& c) { c.n_warps = 16, c.B_r = 192, c.B_c = 192; }),
                     "registers");
     }
