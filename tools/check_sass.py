@@ -29,9 +29,8 @@ descriptor per step by design: counted, not failed). Each kernel's stack frame (
 -res-usage`: bytes of spills and local arrays) is reported beside it, with its local-memory
 instructions (STL, LDL: spills) counted per side of the register split: the consumer warpgroups'
 code comes first in a kernel's SASS and the producer's starts at its `USETMAXREG.DEALLOC`
-(kernel.cuh). Reported, not failed: the default build still spills in two functions, d 192's
-persistent general instantiation (its producer, 8 bytes) and the FP8 d 256 128-key general
-one (its consumers; docs/performance.md, session 70).
+(kernel.cuh). Reported, not failed: the default build still spills in one function, d 192's
+persistent general instantiation (its producer, 8 bytes; docs/performance.md, sessions 70-72).
 tests/tools/test_check_sass.py checks this reading on listings written in cuobjdump's format.
 
     python3 tools/check_sass.py build/libflashattn.so.0 [more libraries or cubins] [--csv FILE]
