@@ -301,19 +301,35 @@ __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, 
 
 // The block's tiles in the scheduler's order, for the producer: for each tile with keys, the
 // threads that `wait` wait for the Q buffer to be free and the leader loads Q into it, then
-// body(w, kv_head) loads the tile's key blocks.
-template <class T, class Body>
+// body(w, kv_head) loads the tile's key blocks. The Q buffer's phase is the parity of the count
+// of tiles with keys so far (a tile without keys neither loads nor frees Q).
+// kPhaseInStep (the gathered pages' loop): that parity is the low bit of the loop's counter,
+// the round the rest, so it stays in the uniform registers that hold the counter and the tile's
+// decode there. Counted apart, ptxas held it in a vector register and spilled it across the
+// gather under the producer's 24 registers (8 bytes in d 192's persistent general
+// instantiation, the default build's last spill; nvcc 13.0). The other loops decode in vector
+// registers, and with the counter's form there ptxas spilled elsewhere (4 bytes in d 256's
+// 80-key tiles, 12 / 32 in d 128's 176-key general one): they keep the separate count.
+template <class T, bool kPhaseInStep = false, class Body>
 __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> const& sm,
                                               TileScheduler<T> const& sched, bool wait,
                                               bool leader, Body&& body) {
+  constexpr int kStep = kPhaseInStep ? 2 : 1;
   int64_t q_round = 0;
-  for (int64_t round = 0;; ++round) {
-    int64_t const tile = sched.tile(round);
+  for (int64_t step = 0;; step += kStep) {
+    int64_t const tile = sched.tile(step >> (kStep - 1));
     if (tile >= sched.n_tiles) break;
     Work const w = work_of<T>(params, tile);
     if (w.n_blocks == 0) continue;
-    if (wait) mbar_wait(sm.q_empty, (q_round & 1) ^ 1);
-    ++q_round;
+    // A fresh barrier has completed parity 1: the first tile with keys waits for nothing.
+    uint32_t phase = uint32_t(q_round & 1) ^ 1;
+    if constexpr (kPhaseInStep) {
+      step ^= 1;
+      phase = uint32_t(step & 1);
+    } else {
+      ++q_round;
+    }
+    if (wait) mbar_wait(sm.q_empty, phase);
     if (leader) load_q<T>(params, sm, w);
     body(w, w.head / params.p.q_heads_per_kv);
   }
@@ -886,7 +902,7 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
   if (params.kv_gather != 0) {
     if (leader) prefetch_maps(params);
     int64_t pipe = 0;
-    for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
+    for_each_tile<T, true>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
       gather_kv<T, kBounded>(params, sm, w, kv_head, pipe);
       pipe += w.n_blocks;
     });
