@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """tools/check_sass.py's reading of SASS, on listings written here in cuobjdump's format (so it
 runs without cuobjdump or a GPU): the key-loop shapes it must pass and the ones it must fail (the
-softmax's place, descriptors moved into uniform registers per HGMMA), and the command line with
---csv over a stand-in cuobjdump."""
+softmax's place, descriptors moved into uniform registers per HGMMA, local memory), and the
+command line with --csv over a stand-in cuobjdump."""
 
 import csv
 import importlib.util
@@ -213,9 +213,19 @@ class KernelRows(unittest.TestCase):
                  "[R21+0x8000], desc[UR24][R2.64]", "EXIT"])
         (row,) = self.rows([(mangled(), body)])
         self.assertEqual((row["local_consumer"], row["local_producer"]), (2, 3))
-        self.assertTrue(row["ok"])  # reported, not failed
+        self.assertTrue(row["softmax_ok"] and row["uniform_ok"])
+        self.assertFalse(row["ok"])  # any local memory fails the kernel
         (none,) = self.rows([(mangled(), loop(66, 0) + ["USETMAXREG.DEALLOC.CTAPOOL 0x28"])])
         self.assertEqual((none["local_consumer"], none["local_producer"]), (0, 0))
+        self.assertTrue(none["ok"])
+
+    def test_one_spill_on_either_side_fails(self):
+        consumer = ["USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0", "STL [R1], R30"] + loop(66, 0)
+        producer = loop(66, 0) + ["USETMAXREG.DEALLOC.CTAPOOL 0x18", "LDL.LU R2, [R1]"]
+        rows = self.rows([(mangled(), consumer), (mangled(persistent=0), producer)])
+        self.assertEqual([(r["local_consumer"], r["local_producer"], r["softmax_ok"],
+                           r["uniform_ok"], r["ok"]) for r in rows],
+                         [(1, 0, True, True, False), (0, 1, True, True, False)])
 
 
 class CommandLine(unittest.TestCase):

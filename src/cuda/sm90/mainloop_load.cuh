@@ -307,9 +307,9 @@ __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, 
 // the round the rest, so it stays in the uniform registers that hold the counter and the tile's
 // decode there. Counted apart, ptxas held it in a vector register and spilled it across the
 // gather under the producer's 24 registers (8 bytes in d 192's persistent general
-// instantiation, the default build's last spill; nvcc 13.0). The other loops decode in vector
-// registers, and with the counter's form there ptxas spilled elsewhere (4 bytes in d 256's
-// 80-key tiles, 12 / 32 in d 128's 176-key general one): they keep the separate count.
+// instantiation, the default build's last spill; nvcc 13.0). In every loop, the form made
+// ptxas spill elsewhere (4 bytes in d 256's 80-key tiles' producers, 12 / 32 in d 128's
+// 176-key general consumers): the other loops keep the separate count.
 template <class T, bool kPhaseInStep = false, class Body>
 __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> const& sm,
                                               TileScheduler<T> const& sched, bool wait,
