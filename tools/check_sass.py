@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the SASS of the sm90 forward kernels for what the source cannot show: that each
-overlapped kernel's softmax runs while its warpgroup's previous P V is on the tensor cores, and
-that the kernels of head dims up to 128 step their wgmma descriptors in uniform registers.
+overlapped kernel's softmax runs while its warpgroup's previous P V is on the tensor cores, that
+the kernels of head dims up to 128 step their wgmma descriptors in uniform registers, and that no
+kernel touches local memory (spills).
 
 In the key loop of an overlapped kernel (src/cuda/sm90/mainloop_mma.cuh) a warpgroup waits for
 block it + 1's Q K^T (`WARPGROUP.DEPBAR.LE gsb0, 0x1`), runs that block's softmax, then waits for
@@ -30,20 +31,23 @@ descriptor per step by design: counted, not failed). Each kernel's stack frame (
 instructions (STL, LDL: spills) counted per side of the register split: the consumer warpgroups'
 code comes first in a kernel's SASS and the producer's starts at its `USETMAXREG.DEALLOC`
 (kernel.cuh). A kernel with any fails: since session 72 no sm90 kernel of the default build
-touches local memory (ptxas: 0 bytes of spills and stack in all 182 bf16, fp16 and e4m3
-functions; docs/performance.md, sessions 70-72), and a spill in a key loop costs a store and a
-load per block (1.11x from session 70's cuts on soft-capped and ALiBi problems).
+touches local memory (nvcc 13.0's ptxas: 0 bytes of spills and stack in all 182 bf16, fp16 and
+e4m3 functions; docs/performance.md, sessions 70-72), and a spill in a key loop costs a store
+and a load per block (1.11x from session 70's cuts on soft-capped and ALiBi problems).
+--allow-local-memory counts it without failing, for kernel sets and toolkits that were not
+measured so (the `sm90_sass` test passes it outside the default set and nvcc 13.0).
 tests/tools/test_check_sass.py checks this reading on listings written in cuobjdump's format.
 
     python3 tools/check_sass.py build/libflashattn.so.0 [more libraries or cubins] [--csv FILE]
+        [--allow-local-memory]
 
 cuobjdump (and the nvdisasm it runs) come from FA_CUOBJDUMP, PATH, or the CUDA Toolkit of the
 nvcc on PATH (a toolkit without them, as on a compile-only machine, can take both from NVIDIA's
 wheels: `pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, unzip them into
 one folder, FA_CUOBJDUMP=<folder>/nvidia/cu13/bin/cuobjdump, as `tools/setup.sh test` does; the
 cubins of tools/compile_sm90.py, which compiles the instantiations without a GPU, are then
-checked the same way); the exit status is 0 when every kernel passes the three checks, 1 when one fails, 2
-when no sm90 forward kernel or no cuobjdump was found.
+checked the same way); the exit status is 0 when every kernel passes the three checks, 1 when
+one fails, 2 when no sm90 forward kernel or no cuobjdump was found.
 """
 
 import argparse
@@ -219,9 +223,9 @@ def local_accesses(lines):
     return consumer, producer
 
 
-def kernel_rows(sass, frames):
+def kernel_rows(sass, frames, allow_local=False):
     """One row per sm90 forward kernel in `cuobjdump -sass` output, with its stack frame from
-    `frames` (-1 where unknown)."""
+    `frames` (-1 where unknown); local memory fails a kernel unless `allow_local`."""
     rows, name, body = [], None, []
 
     def flush():
@@ -243,7 +247,8 @@ def kernel_rows(sass, frames):
             row["softmax_ok"] = not row["overlap"] or (
                 row["exp_under_pv"] >= expected_under(row) and after == 0)
         row["uniform_ok"] = row["d"] > 128 or row["hgmma_r2ur"] == 0
-        row["local_ok"] = row["local_consumer"] == 0 and row["local_producer"] == 0
+        row["local_ok"] = allow_local or (row["local_consumer"] == 0 and
+                                          row["local_producer"] == 0)
         row["ok"] = row["softmax_ok"] and row["uniform_ok"] and row["local_ok"]
         rows.append(row)
 
@@ -258,19 +263,21 @@ def kernel_rows(sass, frames):
     return rows
 
 
-def check(cuobjdump, path):
+def check(cuobjdump, path, allow_local=False):
     """One row per sm90 forward kernel of one file."""
     def run(option):
         return subprocess.run([cuobjdump, option, path], capture_output=True, text=True,
                               check=True).stdout
 
-    return kernel_rows(run("-sass"), stack_frames(run("-res-usage")))
+    return kernel_rows(run("-sass"), stack_frames(run("-res-usage")), allow_local)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="libflashattn.so.0 or cubins")
     ap.add_argument("--csv", help="write every kernel's row here")
+    ap.add_argument("--allow-local-memory", action="store_true",
+                    help="count local-memory instructions without failing a kernel on them")
     args = ap.parse_args()
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
@@ -280,7 +287,7 @@ def main():
     rows = []
     for path in args.files:
         try:
-            found = check(cuobjdump, path)
+            found = check(cuobjdump, path, args.allow_local_memory)
         except subprocess.CalledProcessError as e:
             print("check_sass: %s failed on %s: %s" % (cuobjdump, path, e.stderr.strip()),
                   file=sys.stderr)

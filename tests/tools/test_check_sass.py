@@ -229,21 +229,38 @@ class KernelRows(unittest.TestCase):
 
 
 class CommandLine(unittest.TestCase):
+    def run_tool(self, tmp, functions, *args):
+        """check_sass.py over `functions` through a stand-in cuobjdump: (exit status, stdout)."""
+        text = os.path.join(tmp, "sass.txt")
+        with open(text, "w") as f:
+            f.write(listing(functions))
+        tool = os.path.join(tmp, "cuobjdump")
+        with open(tool, "w") as f:  # -sass prints the listing, -res-usage nothing
+            f.write('#!/bin/sh\n[ "$1" = -sass ] && cat "%s"\nexit 0\n' % text)
+        os.chmod(tool, 0o755)
+        r = subprocess.run([sys.executable, _TOOL, text] + list(args),
+                           env=dict(os.environ, FA_CUOBJDUMP=tool), capture_output=True,
+                           text=True)
+        return r.returncode, r.stdout
+
+    def test_local_memory_alone_sets_the_exit_status_unless_allowed(self):
+        spill = [(mangled(), loop(66, 0) + ["USETMAXREG.DEALLOC.CTAPOOL 0x18", "STL [R1], R2"])]
+        with tempfile.TemporaryDirectory() as tmp:
+            status, out = self.run_tool(tmp, spill)
+            self.assertEqual(status, 1)
+            self.assertIn("FAIL", out)
+            self.assertIn("local memory in 1 (consumers 0, producer 1)", out)
+            status, out = self.run_tool(tmp, spill, "--allow-local-memory")
+            self.assertEqual(status, 0)
+            self.assertIn("local memory in 1 (consumers 0, producer 1)", out)
+
     def test_csv_rows_and_exit_status(self):
         with tempfile.TemporaryDirectory() as tmp:
-            text = os.path.join(tmp, "sass.txt")
-            with open(text, "w") as f:
-                f.write(listing([(mangled(), [QK, W0] + [EXP] * 66 + loop(66, 0) + [QK, W0]),
-                                 (mangled(narrow=(80, 80)), loop(3, 63))]))
-            tool = os.path.join(tmp, "cuobjdump")
-            with open(tool, "w") as f:  # -sass prints the listing, -res-usage nothing
-                f.write('#!/bin/sh\n[ "$1" = -sass ] && cat "%s"\nexit 0\n' % text)
-            os.chmod(tool, 0o755)
             out = os.path.join(tmp, "rows.csv")
-            r = subprocess.run([sys.executable, _TOOL, text, "--csv", out],
-                               env=dict(os.environ, FA_CUOBJDUMP=tool), capture_output=True,
-                               text=True)
-            self.assertEqual(r.returncode, 1, r.stderr)  # the second loop fails the check
+            status, _ = self.run_tool(
+                tmp, [(mangled(), [QK, W0] + [EXP] * 66 + loop(66, 0) + [QK, W0]),
+                      (mangled(narrow=(80, 80)), loop(3, 63))], "--csv", out)
+            self.assertEqual(status, 1)  # the second loop fails the check
             with open(out, newline="") as f:
                 rows = list(csv.DictReader(f))
             self.assertEqual([(x["variant"], x["transforms"], x["ok"]) for x in rows],

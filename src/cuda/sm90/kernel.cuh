@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     // instantiation only; elsewhere kMax runs the whole step and kExp nothing. H200, FA-paper
     // grid, every FP8 tile split against none: d 256 1.018x (1.002-1.036), d 128 0.993x
     // (0.974-0.987 on the 192-key tile from 2k keys); split, the general d 256 instantiation
-    // spilled 296 bytes where it spills 132, so it is not (docs/performance.md, session 65).
+    // spilled 296 bytes where unsplit it spilled 132 then, so it is not (docs/performance.md,
+    // session 65).
     constexpr bool kSplitSoftmax = T::kFp8 && T::kD == 256 && !kGeneral;
     auto const step = [&](int it, float(&sc)[T::kBc / 2], float(&rescale)[2],
                           SoftmaxPart part = SoftmaxPart::kAll) -> bool {

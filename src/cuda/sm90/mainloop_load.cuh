@@ -301,8 +301,9 @@ __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, 
 
 // The block's tiles in the scheduler's order, for the producer: for each tile with keys, the
 // threads that `wait` wait for the Q buffer to be free and the leader loads Q into it, then
-// body(w, kv_head) loads the tile's key blocks. The Q buffer's phase is the parity of the count
-// of tiles with keys so far (a tile without keys neither loads nor frees Q).
+// body(w, kv_head) loads the tile's key blocks. A tile with keys waits for the parity of the
+// count of tiles with keys up to and including it (a tile without keys neither loads nor frees
+// Q).
 // kPhaseInStep (the gathered pages' loop): that parity is the low bit of the loop's counter,
 // the round the rest, so it stays in the uniform registers that hold the counter and the tile's
 // decode there. Counted apart, ptxas held it in a vector register and spilled it across the
@@ -891,10 +892,10 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // not one with the layout's branches inside: in one, each path's values stayed live across the
 // others' code in the producer's 24 or 40 registers. With the gather's values recomputed where
 // used, the pages by Params::page_div and V's offsets held across the V wait (gather_kv), ptxas
-// spills in 39 of the default build's 131 bf16 sm90 functions instead of 76 (1520 bytes of
-// stores instead of 3724); the producer's remaining spills are the gathered path's under 24
-// registers (d 128 with 192 keys, d 192 with V in 128 columns, d 256); the e4m3 converters
-// spill none at 56.
+// spilled in 39 of the default build's 131 bf16 sm90 functions instead of 76 (1520 bytes of
+// stores instead of 3724), then in none once the gathered path's values were derived where used
+// (gather_kv, for_each_tile; docs/performance.md sessions 70-72); the e4m3 converters spill none
+// at 56.
 template <class T, bool kBounded>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {

@@ -274,7 +274,8 @@ __device__ __forceinline__ void consume_tile(Smem<T> const& sm, uint32_t q_base,
   auto issue_qk = [&](Slot<T> slot, float(&sc)[T::kBc / 2]) {
     uint32_t const k_base = smem_addr(sm.k_tiles) + slot.stage * T::kKVBytes;
     // Q's address afresh each block where ptxas would hold its descriptor (64 bits) across
-    // the key loop: FP8 d 256 with 128 keys, whose general instantiation spilled it (8 bytes).
+    // the key loop: FP8 d 256 with 128 keys, whose general instantiation spilled it (8 of its
+    // 20 bytes of spill stores; per-tile values of the epilogue the rest, gone with it too).
     uint32_t const q_at =
         (kStepped && T::kD > 128) || (kFp8 && !kQInRegs) ? opaque(q_base) : q_base;
     uint64_t const qd = make_desc_sw128(q_at, 16, 1024);
