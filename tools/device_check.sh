@@ -92,9 +92,13 @@ if want build; then
   fi
 fi
 # Each overlapped sm90 kernel's softmax between its two waits, the d <= 128 kernels' wgmma
-# descriptors in uniform registers, and every kernel's stack frame (tools/check_sass.py; the
-# toolkit's cuobjdump).
-step sass python3 tools/check_sass.py "$build/libflashattn.so.0" --csv "$out/sass.csv"
+# descriptors in uniform registers, and no local memory (spills) in any kernel
+# (tools/check_sass.py; the toolkit's cuobjdump). A kernel set other than the default (a
+# sweep's tuning candidates) may spill: there local memory is counted, not failed.
+sass_local=""
+grep -q '^FA_KERNEL_SET:STRING=default$' "$build/CMakeCache.txt" 2>/dev/null ||
+  sass_local=--allow-local-memory
+step sass python3 tools/check_sass.py "$build/libflashattn.so.0" --csv "$out/sass.csv" $sass_local
 step ctest ctest --test-dir "$build" --output-on-failure -LE "gpu|sass"
 step gpu_tests "$build/tests/flashattn_gpu_tests" --duration=true
 step sm90_gpu_tests env FA_GPU_TEST_FAMILY=1 "$build/tests/flashattn_gpu_tests" \

@@ -106,7 +106,7 @@ struct Tile {
   // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200),
-  // and again with stmatrix and today's tiles: 512-1k 0.995-1.005x, causal 4k-16k on the
+  // and again in session 72 with stmatrix: 512-1k 0.995-1.005x, causal 4k-16k on the
   // 192 x 128 tile 0.960-0.977x (docs/performance.md session 72).
   // An FP8 tile's V as TMA loads it, before the producer transposes it: kVRawSlots slots (two
   // where they fit; none in a tile that copies V's images) of kBc rows x kD bytes after O's
