@@ -4,7 +4,7 @@
 
     python3 tools/compare_builds.py --bench build/bench/flashattn_bench \\
         --base .deps/before --out results/ [--rounds 2] [--window-ms 200] [--dtype bf16] \\
-        [--head-dims 64,128,256]  (192:128: value head dim 128)
+        [--head-dims 64,128,256]  (192:128: value head dim 128) [--heads 32]
     python3 tools/compare_builds.py --serving --bench build/bench/decode_bench \\
         --base .deps/before --out results/ [--rounds 2] [--pages 0,1,16,64] [--iters 2] \\
         [--kinds prefill,decode] [--head-dims 64,128,256]  (every point by default)
@@ -61,6 +61,8 @@ def run(args, lib):
     cmd = [args.bench, "--csv", "--dtype", args.dtype, "--window-ms", str(args.window_ms),
            "--head-dims", args.head_dims or "64,128,256", "--causal", "0,1",
            "--seqlens", ",".join(map(str, SEQLENS))]
+    if args.heads:
+        cmd += ["--heads", str(args.heads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     points = {}
     for r in csv.DictReader(io.StringIO(out)):
@@ -169,6 +171,10 @@ def main():
                     help="the bench's --head-dims (D or D:DV, comma-separated; default "
                          "64,128,256); with --serving, the head dims (D only) of the points to "
                          "time, among 64, 128 and 256 (default: every point)")
+    ap.add_argument("--heads", type=int,
+                    help="the bench's --heads: the same heads at every head dim (default: "
+                         "hidden 2048, 32 where the dim does not divide it), e.g. 32 to set "
+                         "padded head dims beside their compiled ones")
     ap.add_argument("--serving", action="store_true",
                     help="--bench is decode_bench: chunked prefill and decode points")
     ap.add_argument("--pages", default="0,1,16,64", help="--serving: page sizes (0: contiguous)")
@@ -178,6 +184,8 @@ def main():
     ap.add_argument("--kv-dtypes",
                     help="--serving: the caches' element types, bf16 and / or e4m3 (default bf16)")
     args = ap.parse_args()
+    if args.heads is not None and (args.serving or args.heads < 1):
+        sys.exit("compare_builds.py: --heads takes a positive count, without --serving")
     if args.kv_dtypes is None:
         args.kv_dtypes = "bf16"
     elif not args.serving:

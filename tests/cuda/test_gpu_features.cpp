@@ -56,16 +56,19 @@ double fp8_sums_bound(FeatureData const& d,
   return bound;
 }
 
-// One exact-size device allocation per non-empty host vector.
+// One exact-size device allocation per non-empty host vector, its data `offset` bytes past the
+// allocation's (256-byte aligned) start.
 class DeviceCopy {
  public:
   template <class T>
-  explicit DeviceCopy(std::vector<T> const& host) : bytes_(host.size() * sizeof(T)) {
+  explicit DeviceCopy(std::vector<T> const& host, size_t offset = 0)
+      : bytes_(host.size() * sizeof(T)) {
     if (bytes_ == 0) return;
-    CUDA_OK(cudaMalloc(&ptr_, bytes_));
+    CUDA_OK(cudaMalloc(&base_, bytes_ + offset));
+    ptr_ = static_cast<char*>(base_) + offset;
     CUDA_OK(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice));
   }
-  ~DeviceCopy() { cudaFree(ptr_); }
+  ~DeviceCopy() { cudaFree(base_); }
   DeviceCopy(DeviceCopy const&) = delete;
   DeviceCopy& operator=(DeviceCopy const&) = delete;
   void* get() const { return ptr_; }
@@ -79,13 +82,17 @@ class DeviceCopy {
   }
 
  private:
+  void* base_ = nullptr;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
 
+// offset: q, k, v and o start that many bytes into their allocations (16: every row of a head
+// dim that is an odd multiple of 8 starts where an aligned one's would not).
 struct DeviceCase {
-  explicit DeviceCase(FeatureData const& d)
-      : q(d.q), k(d.k), v(d.v), o(d.o), lse(d.lse), cu_q(d.cu_q), cu_k(d.cu_k),
+  explicit DeviceCase(FeatureData const& d, size_t offset = 0)
+      : q(d.q, offset), k(d.k, offset), v(d.v, offset), o(d.o, offset), lse(d.lse), cu_q(d.cu_q),
+        cu_k(d.cu_k),
         cache(d.cache_seqlens), table(d.block_table), slopes(d.slopes), sinks(d.sinks),
         q_descale(d.q_descale), k_descale(d.k_descale), v_descale(d.v_descale) {}
   fa_run_args args(FeatureData const& d) const {
@@ -229,9 +236,10 @@ void check_result(FeatureData const& d, std::string const& what) {
 
 // Runs `d` through a plan (pinned to `kernel` when given) with the workspace the plan asks for
 // (with `workspace` false, none: a split run then goes unsplit, an FP8 one transposes V in the
-// kernel); returns the plan's split count and, in `bytes`, the workspace it asked for.
+// kernel), its tensors `offset` bytes into their allocations (DeviceCase); returns the plan's
+// split count and, in `bytes`, the workspace it asked for.
 int run_plan(Gpu const& gpu, FeatureData& d, fa_kernel_config const* kernel,
-             bool workspace = true, size_t* bytes = nullptr) {
+             bool workspace = true, size_t* bytes = nullptr, size_t offset = 0) {
   PlannedRun run(gpu, d, kernel);
   int splits = 0;
   REQUIRE(fa_plan_num_splits(run.plan, &splits) == FA_STATUS_SUCCESS);
@@ -239,7 +247,7 @@ int run_plan(Gpu const& gpu, FeatureData& d, fa_kernel_config const* kernel,
   // A split needs its partials; otherwise only an FP8 run asks for a workspace (V's images).
   if (splits > 1 || d.c.dtype != FA_DTYPE_E4M3) CHECK((run.bytes == 0) == (splits == 1));
   if (bytes != nullptr) *bytes = run.bytes;
-  DeviceCase dev(d);
+  DeviceCase dev(d, offset);
   fa_run_args args = run.args(dev, d);
   if (!workspace) {
     args.workspace = nullptr;
@@ -561,27 +569,33 @@ TEST_CASE("every kernel runs head dims below its own with zero columns") {
     // 16 columns: narrow.hpp's Narrow, each at its width and 8 under it; a partial last
     // 64-column block), and half-way down (a whole block of zeros at d 192 and 256). Each dim
     // runs a problem without general features (on sm90: its narrow pair, or the general
-    // instantiation where none fits; dense or a chunked prefill on a paged cache, so a pair's
-    // two dims meet both; pages of 16, read in TMA boxes, and of 3, gathered row by row by the
-    // producer warpgroup, in turn) and one with them (splits, or ALiBi and sinks), in turn. A
-    // kernel holding V in fewer columns (d 192 with 128 keys: 128) takes value head dims up to
-    // those.
+    // instantiation where none fits) and one with them (splits, or ALiBi and sinks), in turn.
+    // The first is, by turns, dense (every other one with its tensors 16 bytes into their
+    // allocations, so at an odd multiple of 8 the first K/V head's rows start 16 bytes into a
+    // sector, not the second's: a narrow pair's column shifts, narrow.hpp), or a chunked prefill
+    // on pages of 16 (TMA boxes) or of 3 (gathered row by row by the producer warpgroup), so a
+    // pair's dims meet all three. A kernel holding V in fewer columns (d 192 with 128 keys: 128)
+    // takes value head dims up to those.
     int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
     std::set<int64_t> dims{k.d_head / 2 + 8};
     for (int64_t d = std::max<int64_t>(8, k.d_head - 56); d < k.d_head; d += 8) dims.insert(d);
     for (int64_t d : dims) {
       std::vector<FeatureCase> const cases = head_dim_cases(k.dtype, d);
       FeatureCase paged = cases[1];
-      paged.page_size = d / 16 % 2 == 0 ? 16 : 3;
+      paged.page_size = d / 8 % 3 == 1 ? 16 : 3;
       paged.heads_kv = 2;
       paged.sq = {64, 64};
       paged.sk = {700, 300};
       paged.causal = true;
       paged.num_splits = 1;
-      for (FeatureCase c : {d / 8 % 2 == 0 ? cases[0] : paged, cases[1 + size_t(d / 16) % 2]}) {
+      bool const dense = d / 8 % 3 == 0;
+      size_t offset = dense && d / 24 % 2 == 1 ? 16 : 0;
+      for (FeatureCase c : {dense ? cases[0] : paged, cases[1 + size_t(d / 16) % 2]}) {
         if (d > dv) c.head_dim_v = dv;
         FeatureData fd = fa_test::make_feature_data(c, ++seed);
-        run_plan(gpu, fd, &k);
+        INFO(name << ", head_dim " << d << ", offset " << offset << ": " << fa_test::describe(c));
+        run_plan(gpu, fd, &k, true, nullptr, offset);
+        offset = 0;
         check_result(fd, name + ", head_dim " + std::to_string(d));
         ++runs;
       }

@@ -208,6 +208,19 @@ class CompareBuilds(unittest.TestCase):
             self.assertAlmostEqual(float(r["this_tflops"]), 505.0)
             self.assertAlmostEqual(float(r["ratio"]), round(505.0 / 405.0, 3), places=3)
 
+    def test_grid_heads_reach_the_bench_of_both_builds(self):
+        self.run_tool("--rounds", "1", "--head-dims", "72,80", "--heads", "32")
+        with open(self.log) as f:
+            calls = [line.split() for line in f]
+        self.assertEqual([c[0] for c in calls], ["base", "this"])
+        for c in calls:
+            self.assertEqual(c[c.index("--heads") + 1], "32")
+        r = subprocess.run([sys.executable, _TOOL, "--bench", self.bench, "--base", self.base,
+                            "--out", self.out, "--serving", "--heads", "32"],
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--heads takes a positive count, without --serving", r.stderr)
+
     def test_a_base_without_its_library_is_refused(self):
         os.remove(os.path.join(self.base, "libflashattn.so.0"))
         r = subprocess.run([sys.executable, _TOOL, "--serving", "--bench", self.bench, "--base",

@@ -8,6 +8,7 @@
 
 #include "cuda/forward_params.hpp"
 #include "cuda/ptx.cuh"
+#include "cuda/sm90/narrow.hpp"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/tile.cuh"
@@ -18,13 +19,17 @@ namespace fa::cuda::sm90 {
 // Stages a warpgroup's 64 normalised rows in its slab of the O buffer (the layout of a
 // SWIZZLE_128B box of 64 rows x 64 columns per column block: 16-byte unit u of row r at
 // unit u ^ (r % 8)), or with Tile::kOInQ in its own rows of the Q tile (the same boxes, kBr rows
-// apart), and has its first thread store them with TMA. The thread also waits, before the slab
-// is written, until its previous tile's stores have read it (long done: a tile's main loop runs
-// between).
+// apart), and has its first thread store them with TMA. A V head read `shift` columns to the
+// left (narrow.hpp's column_shift: 8, one 16-byte unit) has its units staged one to the left,
+// the first (the zeros left of column 0) in the last, whose columns lie past head_dim_v (the
+// shift fits the pair), where the store clips them: a TMA store at a negative column stopped the
+// kernel with an illegal instruction (H200), where loads there read zeros. The thread also
+// waits, before the slab is written, until its previous tile's stores have read it (long done:
+// a tile's main loop runs between).
 template <class T, class Elem>
 __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const& sm, Work const& w,
                                             float const (&o)[T::kDv / 2], float const (&inv)[2],
-                                            int wg, int64_t wg_row) {
+                                            int wg, int64_t wg_row, int shift) {
   int const wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
   if (wtid == 0) tma_store_wait_read();
   warpgroup_sync(wg);
@@ -36,9 +41,11 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   // addresses row t % 8 of matrix t / 8.
   int const m = lane / 8, row = 16 * warp + 8 * (m & 1) + lane % 8;
   uint32_t const row_base = smem_addr(slab) + row * 128;
+  constexpr int kUnits = T::kDv / 8;
 #pragma unroll
-  for (int j = 0; j < T::kDv / 8; j += 2) {
-    int const unit = j + (m >> 1);  // this lane's 8-column unit
+  for (int j = 0; j < kUnits; j += 2) {
+    int unit = j + (m >> 1) - shift / 8;  // this lane's 8-column unit
+    if (unit < 0) unit += kUnits;
     uint32_t const addr = row_base + (unit / 8) * cb_bytes + (((unit % 8) ^ (row % 8)) * 16);
     stmatrix_x4(addr, ptx::pack2<Elem>(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]),
                 ptx::pack2<Elem>(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]),
@@ -63,8 +70,11 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 // Both rows' sums are reduced before any store is issued (a shuffle queued behind the first
 // row's 16 stores waited for them: 9% of the stall samples at d 128, causal 512, on an H200).
 // Elem: O's type (the tile's, or an FP8 tile's bf16 or fp16). An FP8 tile's sums carry its P's
-// factor 2^7 (softmax.cuh's kSumScale; the kernel took it out of O).
-template <class T, bool kGeneral, bool kBounded = kGeneral, class Elem = typename T::Elem>
+// factor 2^7 (softmax.cuh's kSumScale; the kernel took it out of O). kShift (a narrow pair):
+// O's columns start at its V head's column shift (Params::v_shift; never with split outputs,
+// which run the general instantiation).
+template <class T, bool kGeneral, bool kBounded = kGeneral, class Elem = typename T::Elem,
+          bool kShift = false>
 __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
                                            float const (&o)[T::kDv / 2], float const (&c)[2],
@@ -94,8 +104,10 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   // The warpgroup's rows all in the sequence (uniform over its 128 threads, as the barriers in
   // store_o_tma need).
   bool const by_tma = T::kOStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
+  int const shift =
+      kShift ? column_shift(params.v_shift, int(params.kv_group_div.div(uint32_t(w.head)))) : 0;
   if constexpr (T::kOStaged) {
-    if (by_tma) store_o_tma<T, Elem>(params, sm, w, o, inv, wg, wg_row);
+    if (by_tma) store_o_tma<T, Elem>(params, sm, w, o, inv, wg, wg_row, shift);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -123,16 +135,19 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
     if (!by_tma) {
       Elem* out = o_ptr + w.batch * p.o_batch_stride + (w.seq.q_first + row) * p.o_seq_stride +
                   w.head * p.o_head_stride;
+      // A shifted head's columns are its registers' from the second 8 on (the first, the zeros
+      // left of its column 0, are not stored).
 #pragma unroll
       for (int j = 0; j < T::kDv / 8; ++j) {
         // Nothing past the caller's last column. Only the bounded instantiations (general,
         // narrow pairs: kernel.cuh) run a head dim below the kernel's: a compare per chunk in
         // the plain one cost d 256 28-36 bytes more spills and 1.4%, d 64 causal 512-1024 2-5%
         // (H200).
-        if (kBounded && 8 * j >= p.head_dim_v) break;
+        if (kShift && j == 0 && shift != 0) continue;
+        if (kBounded && 8 * j - shift >= p.head_dim_v) break;
         uint32_t const v =
             ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
-        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * (lane % 4)) = v;
+        *reinterpret_cast<uint32_t*>(out + (8 * j - shift) + 2 * (lane % 4)) = v;
       }
     }
     if (p.lse != nullptr && lane % 4 == 0) {

@@ -24,8 +24,10 @@ namespace fa::cuda::sm90 {
 // kGeneral adds the score transforms (soft-capping, ALiBi, a negative scale: ForwardParams::
 // transform), attention sinks, split outputs and the column bounds of head dims below the
 // kernel's; the plain instantiation has none. kQkCols and kVCols: 0, the kernel's own dims, or
-// (plain only) a narrow pair's, with the column bounds. kE4M3 (rules::fp8_kv_tile configs, the
-// kernel's own head dims; the plain instantiation on Tile::kE4M3Keys tiles only): an e4m3 K/V
+// (plain only) a narrow pair's, with the column bounds and the heads' column shifts
+// (narrow.hpp's column_shift: rows 16 bytes into a 32-byte sector read from 8 columns to the
+// left). kE4M3 (rules::fp8_kv_tile configs, the kernel's own head dims; the plain
+// instantiation on Tile::kE4M3Keys tiles only): an e4m3 K/V
 // cache. The producer warpgroup converts its V to fp16 in shared memory (mainloop_load.cuh's
 // load_convert_e4m3) and P V runs in fp16. Its K: with bf16 queries at d 128 and 256
 // (Tile::kE4M3Keys) read as loaded, S = Q K^T on wgmma's e4m3 form against each query row held
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
     } else if constexpr (kE4M3) {
       load_convert_e4m3<T, kKeys8>(params, sm, sched, tid);
     } else {
-      load_tiles<T, kBounded>(params, sm, sched, tid);
+      load_tiles<T, kBounded, kQkCols != 0>(params, sm, sched, tid);
     }
     return;
   }
@@ -242,8 +244,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
                                                   wg_row, wg, lane);
       }
     } else {
-      store_tile<T, kGeneral, kBounded>(params, sm, w, softmax, o, tile_c, row0, wg_row, wg,
-                                        lane);
+      store_tile<T, kGeneral, kBounded, typename T::Elem, kQkCols != 0>(
+          params, sm, w, softmax, o, tile_c, row0, wg_row, wg, lane);
     }
   }
   turns.finish();

@@ -93,7 +93,8 @@ cudaError_t kernel_occupancy(int* blocks_per_sm) {
 // block per query tile, or with `persistent` one per SM (the schedule in family.cpp) walking them;
 // `general` picks the instantiation with score transforms, sinks and split outputs (family.cpp
 // refuses the features neither has); head dims below the kernel's run its cheapest narrow pair
-// that fits them, or the general instantiation (narrow.hpp's Narrow).
+// that fits them (with its heads' column shifts), or the general instantiation (narrow.hpp's
+// Narrow).
 template <KernelConfig C, NarrowList kList>
 cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool programmatic,
                           cudaStream_t stream) {
@@ -194,6 +195,18 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   bool const narrower = p.head_dim < T::kD || p.head_dim_v < T::kDv;
   if (!general && !narrower) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
   int const pick = general ? 0 : Narrow<T, kList>::pick(p.head_dim, p.head_dim_v);
+  if (pick > 0 && params.kv_gather == 0) {
+    // A narrow pair's K and V heads whose rows start 16 bytes into a sector read from 8 columns
+    // to the left (narrow.hpp's column_shift_bits), with the maps' strides and extents.
+    NarrowDims const dims = kList.dims[pick - 1];
+    params.kv_group_div = FastDivmod::make(p.q_heads_per_kv);
+    params.k_shift = column_shift_bits(reinterpret_cast<uintptr_t>(p.k), dtype_size(C.dtype),
+                                       p.head_dim, dims.qk_cols, p.k_seq_stride, k_rows,
+                                       p.k_head_stride, heads_kv, p.k_batch_stride, k_batch);
+    params.v_shift = column_shift_bits(reinterpret_cast<uintptr_t>(p.v), dtype_size(C.dtype),
+                                       p.head_dim_v, dims.v_cols, p.v_seq_stride, k_rows,
+                                       p.v_head_stride, heads_kv, p.v_batch_stride, k_batch);
+  }
   return launch_narrow<T, kList>(config, params, pick);
 }
 

@@ -19,6 +19,7 @@
 
 #include "cuda/forward_params.hpp"
 #include "cuda/ptx.cuh"
+#include "cuda/sm90/narrow.hpp"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/tile.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
@@ -289,13 +290,16 @@ __device__ __forceinline__ void prefetch_maps(Params const& params) {
   tma_prefetch_map(&params.v_map);
 }
 
-// Tile w's Q into its buffer, by the producer's first thread once the buffer is free.
+// Tile w's Q into its buffer, by the producer's first thread once the buffer is free; its
+// columns `shift` to the right there, as its K head's (narrow.hpp's column_shift).
 template <class T>
-__device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, Work const& w) {
+__device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, Work const& w,
+                                       int shift) {
   mbar_arrive_expect_tx(sm.q_full, T::kQBytes);
   for (int cb = 0; cb < T::kD / T::kBlockCols; ++cb) {
-    tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full, cb * T::kBlockCols,
-                int(w.seq.q_first) + w.m_block * T::kBr, w.head, w.map_batch);
+    tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full,
+                cb * T::kBlockCols - shift, int(w.seq.q_first) + w.m_block * T::kBr, w.head,
+                w.map_batch);
   }
 }
 
@@ -311,7 +315,8 @@ __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, 
 // instantiation, the default build's last spill; nvcc 13.0). In every loop, the form made
 // ptxas spill elsewhere (4 bytes in d 256's 80-key tiles' producers, 12 / 32 in d 128's
 // 176-key general consumers): the other loops keep the separate count.
-template <class T, bool kPhaseInStep = false, class Body>
+// kShift: a narrow pair's loop, Q shifted as the tile's K head (Params::k_shift).
+template <class T, bool kPhaseInStep = false, bool kShift = false, class Body>
 __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> const& sm,
                                               TileScheduler<T> const& sched, bool wait,
                                               bool leader, Body&& body) {
@@ -331,8 +336,16 @@ __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> cons
       ++q_round;
     }
     if (wait) mbar_wait(sm.q_empty, phase);
-    if (leader) load_q<T>(params, sm, w);
-    body(w, w.head / params.p.q_heads_per_kv);
+    if constexpr (kShift) {
+      // Q's shift needs its K head first: by multiply and shift, not a division, ahead of Q's
+      // copy.
+      int const kv_head = int(params.kv_group_div.div(uint32_t(w.head)));
+      if (leader) load_q<T>(params, sm, w, column_shift(params.k_shift, kv_head));
+      body(w, kv_head);
+    } else {
+      if (leader) load_q<T>(params, sm, w, 0);
+      body(w, w.head / params.p.q_heads_per_kv);
+    }
   }
 }
 
@@ -809,29 +822,33 @@ __device__ __forceinline__ void load_stage(uint8_t* tiles, uint64_t* full, uint6
 }
 
 // Dense tensors and contiguous caches, by warp 0 (every lane waiting on the barriers, lane 0
-// arming them and issuing one copy per 64 columns).
-template <class T>
+// arming them and issuing one copy per 64 columns; kShift: a narrow pair's, from its heads'
+// column shifts).
+template <class T, bool kShift>
 __device__ __forceinline__ void load_contiguous(Params const& params, Smem<T> const& sm,
                                                 TileScheduler<T> const& sched, bool leader) {
   if (leader) prefetch_maps(params);
   int64_t pipe = 0;
-  for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
+  for_each_tile<T, false, kShift>(params, sm, sched, true, leader, [&](Work const& w,
+                                                                      int kv_head) {
     for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
       int const first = int(w.seq.k_first) + (w.n_begin + w.n_blocks - 1 - it) * T::kBc;
       int const s = int(pipe % T::kStages);
       uint32_t const phase = (pipe / T::kStages) & 1;
-      auto copy = [&](CUtensorMap const* map, int cols) {
-        return [&, map, cols](uint8_t* dst, uint64_t* full) {
+      auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits) {
+        return [&, map, cols, shift_bits](uint8_t* dst, uint64_t* full) {
           if (!leader) return;
+          int const shift = kShift ? column_shift(shift_bits, kv_head) : 0;
           for (int cb = 0; cb < cols / 64; ++cb) {
-            tma_load_4d(dst + cb * T::kBc * 128, map, full, cb * 64, first, kv_head, w.map_batch);
+            tma_load_4d(dst + cb * T::kBc * 128, map, full, cb * 64 - shift, first, kv_head,
+                        w.map_batch);
           }
         };
       };
       load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
-                           copy(&params.k_map, T::kD));
+                           copy(&params.k_map, T::kD, params.k_shift));
       load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
-                            copy(&params.v_map, T::kDv));
+                            copy(&params.v_map, T::kDv, params.v_shift));
     }
   });
 }
@@ -846,7 +863,7 @@ __device__ __forceinline__ void load_contiguous(Params const& params, Smem<T> co
 // d 128; docs/performance.md). (A box's bytes may complete on a "full" barrier before thread 0
 // arms it: the barrier's transaction count goes negative meanwhile, and its phase waits for
 // thread 0's arrival either way.)
-template <class T>
+template <class T, bool kShift>
 __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> const& sm,
                                                  TileScheduler<T> const& sched, int ptid) {
   int const slot = (ptid % 32) * 4 + ptid / 32;  // this thread's box
@@ -857,7 +874,8 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
   if (!leader && slot * box >= T::kBc) return;
   if (leader) prefetch_maps(params);
   int64_t pipe = 0;
-  for_each_tile<T>(params, sm, sched, true, leader, [&](Work const& w, int kv_head) {
+  for_each_tile<T, false, kShift>(params, sm, sched, true, leader, [&](Work const& w,
+                                                                      int kv_head) {
     // This thread's box of a key block (box_of): the tile's first block here, each next one
     // once this block's copies are issued, so the table's latency overlaps the wait for a free
     // stage.
@@ -866,19 +884,20 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
     for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
       int const s = int(pipe % T::kStages);
       uint32_t const phase = (pipe / T::kStages) & 1;
-      auto copy = [&](CUtensorMap const* map, int cols) {
-        return [&, map, cols](uint8_t* dst, uint64_t* full) {
+      auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits) {
+        return [&, map, cols, shift_bits](uint8_t* dst, uint64_t* full) {
           if (slot * box >= T::kBc) return;
+          int const shift = kShift ? column_shift(shift_bits, kv_head) : 0;
           for (int cb = 0; cb < cols / 64; ++cb) {
-            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, cb * 64, row, kv_head,
-                        page);
+            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, cb * 64 - shift, row,
+                        kv_head, page);
           }
         };
       };
       load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
-                           copy(&params.k_map, T::kD));
+                           copy(&params.k_map, T::kD, params.k_shift));
       load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
-                            copy(&params.v_map, T::kDv));
+                            copy(&params.v_map, T::kDv, params.v_shift));
       if (it + 1 < w.n_blocks) {
         box_of<T>(params, w, w.n_begin + w.n_blocks - 2 - it, slot, box, page, row);
       }
@@ -895,8 +914,12 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // spilled in 39 of the default build's 131 bf16 sm90 functions instead of 76 (1520 bytes of
 // stores instead of 3724), then in none once the gathered path's values were derived where used
 // (gather_kv, for_each_tile; docs/performance.md sessions 70-72); the e4m3 converters spill none
-// at 56.
-template <class T, bool kBounded>
+// at 56. kShift: a narrow pair's TMA loads take its heads' column shifts (Params::k_shift,
+// v_shift; the launcher leaves them 0 on gathered pages); a launch that shifts no head runs
+// the loops without them (the pairs at their own width, d 80 on (80, 80) and the like: 0.995x
+// the base's speed that way, 0.991x through the shifting loops; H200, docs/performance.md
+// session 73).
+template <class T, bool kBounded, bool kShift>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
   bool const leader = ptid == 0;
@@ -908,9 +931,17 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       pipe += w.n_blocks;
     });
   } else if (params.p.layout == kLayoutPagedKv) {
-    load_paged_boxes<T>(params, sm, sched, ptid);
+    if (kShift && (params.k_shift | params.v_shift) != 0) {
+      load_paged_boxes<T, kShift>(params, sm, sched, ptid);
+    } else {
+      load_paged_boxes<T, false>(params, sm, sched, ptid);
+    }
   } else if (ptid < 32) {
-    load_contiguous<T>(params, sm, sched, leader);
+    if (kShift && (params.k_shift | params.v_shift) != 0) {
+      load_contiguous<T, kShift>(params, sm, sched, leader);
+    } else {
+      load_contiguous<T, false>(params, sm, sched, leader);
+    }
   }
 }
 

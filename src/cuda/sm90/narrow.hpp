@@ -67,4 +67,42 @@ struct Narrow {
   }
 };
 
+// A narrow pair's boxes a row's 16 bytes to the left. A 16-bit row that is an odd multiple of 16
+// bytes (every padded dim but the multiples of 16: 72, 88, ..., 248) starts 16 bytes into a
+// 32-byte sector in every other head of a packed tensor, so each of that head's 64-column boxes
+// (128 bytes) spans 5 sectors instead of 4, and the last box shares a sector with the one before:
+// d 72's rows move 6 sectors from L2 in odd heads, 5 in even ones. With each head's rows 32-byte
+// aligned (flashattn_bench --row-align 16, H200) those dims ran 1.7-9.1% faster
+// (docs/performance.md, 2026-11-28). Read from 8 columns left of column 0 (TMA fills a box's
+// columns outside the map with zeros and a store skips them), such a head's boxes start on a
+// sector: 5 sectors at d 72. Q takes K's shift (the zero columns meet in S = Q K^T), O V's; the
+// shifted columns must fit the pair (head_dim + 8 <= qk_cols, head_dim_v + 8 <= v_cols), which
+// every padded dim's pair does (an odd multiple of 8 under a multiple of 16).
+inline constexpr int kShiftCols = 8;  // 16 bytes of a 16-bit type
+
+// The shift of a tensor's heads as two bits: bit 0, the first head's rows start 16 bytes into a
+// sector; bit 1, each next head's start moves by an odd multiple of 16 bytes (so the heads
+// alternate). 0 where no head shifts: a type other than 16-bit, columns that would not fit, or a
+// row or batch stride that is not a multiple of 32 bytes (a head's rows then start at different
+// offsets in a sector, and no one shift aligns them). base: the tensor's address; strides and
+// extents as the tensor map's (tensor_map.hpp), in elements.
+constexpr int32_t column_shift_bits(uint64_t base, int64_t elem_bytes, int64_t dim, int64_t cols,
+                                    int64_t seq_stride, int64_t rows, int64_t head_stride,
+                                    int64_t heads, int64_t batch_stride, int64_t batch) {
+  auto const in_sector = [](int64_t bytes) { return ((bytes % 32) + 32) % 32; };
+  if (elem_bytes != 2 || dim + kShiftCols > cols || base % 16 != 0) return 0;
+  if ((rows > 1 && in_sector(seq_stride * 2) != 0) ||
+      (batch > 1 && in_sector(batch_stride * 2) != 0)) {
+    return 0;
+  }
+  int32_t const first = base % 32 == 16 ? 1 : 0;
+  int32_t const alternate = heads > 1 && in_sector(head_stride * 2) == 16 ? 2 : 0;
+  return first | alternate;
+}
+
+// The columns head `head`'s boxes start left of column 0: kShiftCols or 0.
+constexpr int column_shift(int32_t bits, int head) {
+  return ((bits ^ ((bits >> 1) & head)) & 1) * kShiftCols;
+}
+
 }  // namespace fa::cuda::sm90

@@ -52,6 +52,12 @@ struct Params {
   // producer's look-ups (mainloop_load.cuh), by a multiply and a shift where integer division
   // took an I2F / MUFU.RCP / F2I sequence and its registers in the producer's 24 or 40.
   FastDivmod page_div;
+  // A narrow pair's K and V heads read 8 columns left of column 0 where their rows start 16
+  // bytes into a 32-byte sector (narrow.hpp's column_shift_bits; Q takes K's, O V's); 0 in
+  // every other instantiation and on gathered pages. kv_group_div: q_heads_per_kv, for their
+  // K/V head.
+  int32_t k_shift = 0, v_shift = 0;
+  FastDivmod kv_group_div;
 };
 
 template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool kOverlap_,

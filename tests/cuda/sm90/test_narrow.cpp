@@ -59,6 +59,40 @@ TEST_SUITE("family") {
     CHECK(Narrow<FakeTile<128>, NarrowList{1, {{128, 128}}}>::valid());   // its own width
     CHECK_FALSE(Narrow<FakeTile<128>, NarrowList{2, {{96, 96}, {80, 80}}}>::valid());  // order
   }
+
+  TEST_CASE("sm90 narrow pairs: which K/V heads read 8 columns to the left") {
+    // d 72 packed (32 heads, rows of 32 heads x 144 bytes): odd heads start 16 bytes into a
+    // sector, even ones on one.
+    int32_t const packed = column_shift_bits(0x10000, 2, 72, 80, 32 * 72, 512, 72, 32,
+                                             512 * 32 * 72, 4);
+    CHECK(packed == 2);
+    CHECK(column_shift(packed, 0) == 0);
+    CHECK(column_shift(packed, 1) == kShiftCols);
+    CHECK(column_shift(packed, 30) == 0);
+    CHECK(column_shift(packed, 31) == kShiftCols);
+    // The same 16 bytes into an allocation: the even heads shift instead.
+    int32_t const offset = column_shift_bits(0x10010, 2, 72, 80, 32 * 72, 512, 72, 32,
+                                             512 * 32 * 72, 4);
+    CHECK(offset == 3);
+    CHECK(column_shift(offset, 0) == kShiftCols);
+    CHECK(column_shift(offset, 1) == 0);
+    // Heads 32 bytes apart (d 80, or rows padded to 80): every head as the first.
+    CHECK(column_shift_bits(0x10010, 2, 72, 80, 32 * 80, 512, 80, 32, 512 * 32 * 80, 4) == 1);
+    CHECK(column_shift_bits(0x10000, 2, 72, 80, 32 * 80, 512, 80, 32, 512 * 32 * 80, 4) == 0);
+    // One head: its own start decides.
+    CHECK(column_shift_bits(0x10010, 2, 72, 80, 2 * 72, 512, 72, 1, 512 * 2 * 72, 4) == 1);
+    // No shift where it cannot align every row or does not fit the pair.
+    CHECK(column_shift_bits(0x10000, 2, 72, 80, 3 * 72, 512, 72, 3, 512 * 3 * 72, 4) == 0);
+    CHECK(column_shift_bits(0x10000, 2, 72, 80, 32 * 72, 1, 72, 32, 3 * 72, 4) == 0);
+    CHECK(column_shift_bits(0x10000, 2, 72, 80, 32 * 72, 512, 72, 32, 3 * 72, 1) == 2);
+    CHECK(column_shift_bits(0x10000, 2, 80, 80, 32 * 72, 512, 72, 32, 512 * 32 * 72, 4) == 0);
+    CHECK(column_shift_bits(0x10000, 2, 120, 128, 32 * 120, 512, 120, 32, 512 * 32 * 120, 4) ==
+          2);
+    CHECK(column_shift_bits(0x10000, 1, 72, 80, 32 * 72, 512, 72, 32, 512 * 32 * 72, 4) == 0);
+    CHECK(column_shift_bits(0x10008, 2, 72, 80, 32 * 72, 512, 72, 32, 512 * 32 * 72, 4) == 0);
+    // Head-major caches (rows 144 bytes apart within a head): rows alternate, no shift.
+    CHECK(column_shift_bits(0x10000, 2, 72, 80, 72, 300, 300 * 72, 2, 2 * 300 * 72, 2) == 0);
+  }
 }
 
 }  // namespace fa::cuda::sm90
