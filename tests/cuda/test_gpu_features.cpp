@@ -604,6 +604,68 @@ TEST_CASE("every kernel runs head dims below its own with zero columns") {
   MESSAGE(kernels << " kernels, " << runs << " problems of head dims below theirs");
 }
 
+TEST_CASE("a NaN in one K/V head's columns stays in that head at head dims 8 below a kernel's") {
+  // At an odd multiple of 8 an sm90 narrow pair reads V's boxes past a head's columns from the
+  // next head, and a shifted head's from the one before (launch.cuh's flat V map, narrow.hpp's
+  // column shifts): those columns reach only o's columns past head_dim_v, which no store writes.
+  // K's must be zeros: one NaN there times Q's zero columns would make a score NaN. So NaN in
+  // K/V head 1's first K column makes its query heads NaN and leaves head 0's finite; NaN in
+  // head 0's last V column and head 1's first makes exactly those o columns NaN. Packed heads,
+  // by turns at the allocation's start and 16 bytes into it (the first or the second head
+  // shifted).
+  Gpu gpu;
+  double const nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t seed = 17000;
+  int runs = 0;
+  int const kernels = for_each_runnable_kernel([&](fa_kernel_config const& k, std::string const& name) {
+    int const dv = fa_test::kernel_value_dim(gpu.ctx, k);
+    FeatureCase c;
+    c.dtype = k.dtype;
+    c.head_dim = k.d_head - 8;
+    c.head_dim_v = dv == k.d_head ? 0 : dv - 8;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.sq = {70, 70};
+    c.sk = {300, 300};
+    int64_t const dim_v = c.dim_v();
+    for (int in_v = 0; in_v < 2; ++in_v) {
+      FeatureData d = fa_test::make_feature_data(c, ++seed);
+      for (int64_t b = 0; b < 2; ++b) {
+        for (int64_t j = 0; j < 300; ++j) {
+          if (in_v == 0) {
+            fa_test::store_elem(c.dtype, d.k.data(), d.k_index(b, j, 1), nan);
+          } else {
+            fa_test::store_elem(c.dtype, d.v.data(), d.v_index(b, j, 0) + dim_v - 1, nan);
+            fa_test::store_elem(c.dtype, d.v.data(), d.v_index(b, j, 1), nan);
+          }
+        }
+      }
+      size_t const offset = (runs % 2) * 16;
+      INFO(name << (in_v ? ", NaN in V" : ", NaN in K") << ", offset " << offset << ": "
+                << fa_test::describe(c));
+      run_plan(gpu, d, &k, true, nullptr, offset);
+      check_result(d, name);
+      int64_t wrong = 0;
+      for (int64_t b = 0; b < 2; ++b) {
+        for (int64_t i = 0; i < 70; ++i) {
+          for (int64_t h = 0; h < 4; ++h) {
+            int64_t const kv_head = h / 2;
+            for (int64_t col = 0; col < dim_v; ++col) {
+              bool const want = in_v == 0 ? kv_head == 1
+                                          : (kv_head == 0 ? col == dim_v - 1 : col == 0);
+              double const o = fa_test::load_elem(c.dtype, d.o.data(), d.o_index(b, i, h) + col);
+              wrong += std::isnan(o) != want ? 1 : 0;
+            }
+          }
+        }
+      }
+      CHECK(wrong == 0);
+      ++runs;
+    }
+  });
+  MESSAGE(kernels << " kernels, " << runs << " problems with a NaN in one head");
+}
+
 TEST_CASE("a value head dim below head_dim runs on the choice and on every kernel, o's padding untouched") {
   Gpu gpu;
   std::set<std::pair<int, int>> const top = top_dims();

@@ -206,6 +206,23 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
     params.v_shift = column_shift_bits(reinterpret_cast<uintptr_t>(p.v), dtype_size(C.dtype),
                                        p.head_dim_v, dims.v_cols, p.v_seq_stride, k_rows,
                                        p.v_head_stride, heads_kv, p.v_batch_stride, k_batch);
+    // A box row that ends inside a 32-byte sector, the rest filled with zeros by TMA, is the
+    // slow case of a TMA load: d 24, 40 and 56 (rows ending 16 bytes into a sector) ran 1.02-1.04x
+    // faster with V's map rounded up to whole sectors, 1.05-1.07x with Q's, K's and V's (H200,
+    // docs/performance.md session 74). V's columns past head_dim_v reach only O's past it,
+    // which no store writes, so where a row holds its K/V heads side by side, V's map runs over
+    // all of them as one run of columns and a box's columns past its head are the next head's
+    // (only the last head's end at the row's, a sector boundary when the row's bytes are a
+    // multiple of 32). K's cannot: Q's zero columns times a non-finite key of the next head
+    // would make the scores NaN.
+    CUtensorMap flat;
+    if (flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride) &&
+        encode_tile_map(&flat, kv_type, p.v, heads_kv * p.head_dim_v, k_rows, 1, k_batch,
+                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows,
+                        v_cols) == cudaSuccess) {
+      params.v_map = flat;
+      params.v_flat_cols = int32_t(p.head_dim_v);
+    }
   }
   return launch_narrow<T, kList>(config, params, pick);
 }

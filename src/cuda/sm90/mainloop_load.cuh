@@ -835,20 +835,22 @@ __device__ __forceinline__ void load_contiguous(Params const& params, Smem<T> co
       int const first = int(w.seq.k_first) + (w.n_begin + w.n_blocks - 1 - it) * T::kBc;
       int const s = int(pipe % T::kStages);
       uint32_t const phase = (pipe / T::kStages) & 1;
-      auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits) {
-        return [&, map, cols, shift_bits](uint8_t* dst, uint64_t* full) {
+      // flat: the map's columns run over the row's heads (Params::v_flat_cols), its head 0.
+      auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits, int flat) {
+        return [&, map, cols, shift_bits, flat](uint8_t* dst, uint64_t* full) {
           if (!leader) return;
-          int const shift = kShift ? column_shift(shift_bits, kv_head) : 0;
+          int const col0 = kShift ? kv_head * flat - column_shift(shift_bits, kv_head) : 0;
+          int const head = kShift && flat != 0 ? 0 : kv_head;
           for (int cb = 0; cb < cols / 64; ++cb) {
-            tma_load_4d(dst + cb * T::kBc * 128, map, full, cb * 64 - shift, first, kv_head,
+            tma_load_4d(dst + cb * T::kBc * 128, map, full, col0 + cb * 64, first, head,
                         w.map_batch);
           }
         };
       };
       load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
-                           copy(&params.k_map, T::kD, params.k_shift));
+                           copy(&params.k_map, T::kD, params.k_shift, 0));
       load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
-                            copy(&params.v_map, T::kDv, params.v_shift));
+                            copy(&params.v_map, T::kDv, params.v_shift, params.v_flat_cols));
     }
   });
 }
@@ -884,20 +886,21 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
     for (int it = 0; it < w.n_blocks; ++it, ++pipe) {
       int const s = int(pipe % T::kStages);
       uint32_t const phase = (pipe / T::kStages) & 1;
-      auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits) {
-        return [&, map, cols, shift_bits](uint8_t* dst, uint64_t* full) {
+      auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits, int flat) {
+        return [&, map, cols, shift_bits, flat](uint8_t* dst, uint64_t* full) {
           if (slot * box >= T::kBc) return;
-          int const shift = kShift ? column_shift(shift_bits, kv_head) : 0;
+          int const col0 = kShift ? kv_head * flat - column_shift(shift_bits, kv_head) : 0;
+          int const head = kShift && flat != 0 ? 0 : kv_head;
           for (int cb = 0; cb < cols / 64; ++cb) {
-            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, cb * 64 - shift, row,
-                        kv_head, page);
+            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, col0 + cb * 64, row,
+                        head, page);
           }
         };
       };
       load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
-                           copy(&params.k_map, T::kD, params.k_shift));
+                           copy(&params.k_map, T::kD, params.k_shift, 0));
       load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
-                            copy(&params.v_map, T::kDv, params.v_shift));
+                            copy(&params.v_map, T::kDv, params.v_shift, params.v_flat_cols));
       if (it + 1 < w.n_blocks) {
         box_of<T>(params, w, w.n_begin + w.n_blocks - 2 - it, slot, box, page, row);
       }
@@ -915,10 +918,10 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // stores instead of 3724), then in none once the gathered path's values were derived where used
 // (gather_kv, for_each_tile; docs/performance.md sessions 70-72); the e4m3 converters spill none
 // at 56. kShift: a narrow pair's TMA loads take its heads' column shifts (Params::k_shift,
-// v_shift; the launcher leaves them 0 on gathered pages); a launch that shifts no head runs
-// the loops without them (the pairs at their own width, d 80 on (80, 80) and the like: 0.995x
-// the base's speed that way, 0.991x through the shifting loops; H200, docs/performance.md
-// session 73).
+// v_shift) and V's map over a row's heads (v_flat_cols; the launcher leaves all three 0 on
+// gathered pages); a launch with none of them runs the loops without them (the pairs at their
+// own width, d 80 on (80, 80) and the like: 0.995x the base's speed that way, 0.991x through
+// the shifting loops; H200, docs/performance.md session 73).
 template <class T, bool kBounded, bool kShift>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
@@ -931,13 +934,13 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       pipe += w.n_blocks;
     });
   } else if (params.p.layout == kLayoutPagedKv) {
-    if (kShift && (params.k_shift | params.v_shift) != 0) {
+    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols) != 0) {
       load_paged_boxes<T, kShift>(params, sm, sched, ptid);
     } else {
       load_paged_boxes<T, false>(params, sm, sched, ptid);
     }
   } else if (ptid < 32) {
-    if (kShift && (params.k_shift | params.v_shift) != 0) {
+    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols) != 0) {
       load_contiguous<T, kShift>(params, sm, sched, leader);
     } else {
       load_contiguous<T, false>(params, sm, sched, leader);

@@ -105,4 +105,12 @@ constexpr int column_shift(int32_t bits, int head) {
   return ((bits ^ ((bits >> 1) & head)) & 1) * kShiftCols;
 }
 
+// Whether a narrow pair's V map runs over a row's K/V heads as one run of columns
+// (Params::v_flat_cols; launch.cuh says why): 16-bit rows that end inside a 32-byte sector
+// (head_dim_v an odd multiple of 8), more than one head, and the heads side by side.
+constexpr bool flat_v_map(int64_t elem_bytes, int64_t head_dim_v, int64_t heads_kv,
+                          int64_t head_stride) {
+  return elem_bytes == 2 && head_dim_v % 16 != 0 && heads_kv > 1 && head_stride == head_dim_v;
+}
+
 }  // namespace fa::cuda::sm90

@@ -58,6 +58,10 @@ struct Params {
   // K/V head.
   int32_t k_shift = 0, v_shift = 0;
   FastDivmod kv_group_div;
+  // A narrow pair's V map over each row's heads as one run of heads_kv * head_dim_v columns
+  // (head_dim_v here, 0 otherwise): a box's columns past its head's head_dim_v are the next
+  // head's, not zeros TMA fills, which O's store never writes (launch.cuh says why).
+  int32_t v_flat_cols = 0;
 };
 
 template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool kOverlap_,

@@ -93,6 +93,20 @@ TEST_SUITE("family") {
     // Head-major caches (rows 144 bytes apart within a head): rows alternate, no shift.
     CHECK(column_shift_bits(0x10000, 2, 72, 80, 72, 300, 300 * 72, 2, 2 * 300 * 72, 2) == 0);
   }
+
+  TEST_CASE("sm90 narrow pairs: which V maps run over a row's heads") {
+    // 16-bit rows ending 16 bytes into a sector, heads side by side: the row's heads as one run.
+    CHECK(flat_v_map(2, 56, 8, 56));
+    CHECK(flat_v_map(2, 72, 2, 72));
+    CHECK(flat_v_map(2, 8, 32, 8));
+    // Rows ending on a sector, one head, heads apart (padded rows or head-major caches), e4m3.
+    CHECK_FALSE(flat_v_map(2, 64, 8, 64));
+    CHECK_FALSE(flat_v_map(2, 48, 8, 48));
+    CHECK_FALSE(flat_v_map(2, 56, 1, 56));
+    CHECK_FALSE(flat_v_map(2, 56, 8, 64));
+    CHECK_FALSE(flat_v_map(2, 56, 8, 300 * 56));
+    CHECK_FALSE(flat_v_map(1, 56, 8, 56));
+  }
 }
 
 }  // namespace fa::cuda::sm90
