@@ -26,7 +26,8 @@ namespace fa::cuda::sm90 {
 // kernel's; the plain instantiation has none. kQkCols and kVCols: 0, the kernel's own dims, or
 // (plain only) a narrow pair's, with the column bounds and the heads' column shifts
 // (narrow.hpp's column_shift: rows 16 bytes into a 32-byte sector read from 8 columns to the
-// left). kE4M3 (rules::fp8_kv_tile configs, the kernel's own head dims; the plain
+// left), V's map over a row's heads (flat_v_map) and on d 64's pairs Q's and K's boxes of
+// exactly head_dim columns (exact_qk_boxes). kE4M3 (rules::fp8_kv_tile configs, the kernel's own head dims; the plain
 // instantiation on Tile::kE4M3Keys tiles only): an e4m3 K/V
 // cache. The producer warpgroup converts its V to fp16 in shared memory (mainloop_load.cuh's
 // load_convert_e4m3) and P V runs in fp16. Its K: with bf16 queries at d 128 and 256
@@ -72,6 +73,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(__grid_constant
   bool const v_by_threads =
       kE4M3 || params.kv_gather || (T::kFp8 && !T::kImagesOnly && params.p.v_images == nullptr);
   if (tid == 0) sm.init_barriers(v_by_threads ? 128 : 1, kE4M3, kKeys8);
+  if constexpr (kQkCols != 0 && T::kD == 64) {
+    // A narrow pair's boxes of exactly head_dim columns (Params::qk_box_cols) leave the Q
+    // buffer's and K stages' columns past it unwritten: zeros from here on, which S = Q K^T
+    // reads up to the pair's columns. The async proxy (TMA, wgmma) sees them after the fence.
+    if (params.qk_box_cols != 0) {
+      uint4* const zero = reinterpret_cast<uint4*>(sm.q_tile);
+      for (int i = tid; i < (T::kQBytes + T::kStages * T::kKVBytes) / 16; i += T::kThreads) {
+        zero[i] = make_uint4(0u, 0u, 0u, 0u);
+      }
+      fence_proxy_async_shared();
+    }
+  }
   __syncthreads();
   // The producer converts an e4m3 cache as well as loading: at 24 registers ptxas spilled
   // 120-184 bytes in the conversion, at 40 36 bytes at d 128 with four passes' loads in flight;

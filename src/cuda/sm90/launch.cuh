@@ -215,6 +215,27 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
     // (only the last head's end at the row's, a sector boundary when the row's bytes are a
     // multiple of 32). K's cannot: Q's zero columns times a non-finite key of the next head
     // would make the scores NaN.
+    // K's columns must be zeros past the head (above), and where a row is one box (the pairs up
+    // to 64 on d 64's kernels) they need not come from TMA: a box of exactly head_dim columns
+    // never reaches past the problem's (TMA lays a box narrower than its 128-byte swizzle span
+    // into the first columns of each 128-byte row, the rest untouched, H200), and the kernel
+    // zeroes the Q buffer and K stages once (kernel.cuh). Q's boxes likewise, and no shift for
+    // them: a box from column -8 would reach outside the map again.
+    if (exact_qk_boxes(dtype_size(C.dtype), p.head_dim, T::kD)) {
+      int const cols = int(p.head_dim);
+      CUtensorMap q_exact, k_exact;
+      if (encode_tile_map(&q_exact, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
+                          p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr, cols,
+                          k_swizzle) == cudaSuccess &&
+          encode_tile_map(&k_exact, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
+                          p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows,
+                          cols, k_swizzle) == cudaSuccess) {
+        params.q_map = q_exact;
+        params.k_map = k_exact;
+        params.k_shift = 0;
+        params.qk_box_cols = cols;
+      }
+    }
     CUtensorMap flat;
     if (flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride) &&
         encode_tile_map(&flat, kv_type, p.v, heads_kv * p.head_dim_v, k_rows, 1, k_batch,

@@ -292,10 +292,25 @@ __device__ __forceinline__ void prefetch_maps(Params const& params) {
 
 // Tile w's Q into its buffer, by the producer's first thread once the buffer is free; its
 // columns `shift` to the right there, as its K head's (narrow.hpp's column_shift).
+// The bytes of `rows` rows of a tensor's boxes, `cols` columns a row in boxes of 64 or, where a
+// narrow pair's boxes are exact (Params::qk_box_cols), of box_cols each: a "full" barrier's
+// transaction count.
+template <class T>
+__device__ __forceinline__ int box_bytes(int rows, int cols, int box_cols) {
+  return rows * (cols / T::kBlockCols) * (box_cols != 0 ? box_cols : T::kBlockCols) *
+         T::kElemBytes;
+}
+// Params::qk_box_cols, which only a d 64 kernel's pairs take (narrow.hpp's exact_qk_boxes):
+// the other kernels' producers compile without it.
+template <class T>
+__device__ __forceinline__ int exact_boxes(Params const& params) {
+  return T::kD == 64 ? params.qk_box_cols : 0;
+}
+
 template <class T>
 __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, Work const& w,
-                                       int shift) {
-  mbar_arrive_expect_tx(sm.q_full, T::kQBytes);
+                                       int shift, int bytes = T::kQBytes) {
+  mbar_arrive_expect_tx(sm.q_full, bytes);
   for (int cb = 0; cb < T::kD / T::kBlockCols; ++cb) {
     tma_load_4d(sm.q_tile + cb * T::kBr * 128, &params.q_map, sm.q_full,
                 cb * T::kBlockCols - shift, int(w.seq.q_first) + w.m_block * T::kBr, w.head,
@@ -340,7 +355,10 @@ __device__ __forceinline__ void for_each_tile(Params const& params, Smem<T> cons
       // Q's shift needs its K head first: by multiply and shift, not a division, ahead of Q's
       // copy.
       int const kv_head = int(params.kv_group_div.div(uint32_t(w.head)));
-      if (leader) load_q<T>(params, sm, w, column_shift(params.k_shift, kv_head));
+      if (leader) {
+        load_q<T>(params, sm, w, column_shift(params.k_shift, kv_head),
+                  box_bytes<T>(T::kBr, T::kD, exact_boxes<T>(params)));
+      }
       body(w, kv_head);
     } else {
       if (leader) load_q<T>(params, sm, w, 0);
@@ -812,12 +830,14 @@ __device__ __forceinline__ void load_fp8_images(Params const& params, Smem<T> co
 // Key block's K (kCols = kD) or V (kDv) into stage s of `tiles`, once the stage is free:
 // thread 0 arms its "full" barrier for the block's bytes, copy(dst, full) issues this thread's
 // copies.
+// bytes: what the copies bring, the stage's size unless a narrow pair's boxes are exact.
 template <class T, int kCols, class Copy>
 __device__ __forceinline__ void load_stage(uint8_t* tiles, uint64_t* full, uint64_t* empty, int s,
-                                           uint32_t phase, bool leader, Copy&& copy) {
+                                           uint32_t phase, bool leader, Copy&& copy,
+                                           int bytes = T::kBc * kCols * 2) {
   constexpr int kBytes = T::kBc * kCols * 2;
   mbar_wait(&empty[s], phase ^ 1);
-  if (leader) mbar_arrive_expect_tx(&full[s], kBytes);
+  if (leader) mbar_arrive_expect_tx(&full[s], bytes);
   copy(tiles + s * kBytes, &full[s]);
 }
 
@@ -848,7 +868,8 @@ __device__ __forceinline__ void load_contiguous(Params const& params, Smem<T> co
         };
       };
       load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
-                           copy(&params.k_map, T::kD, params.k_shift, 0));
+                           copy(&params.k_map, T::kD, params.k_shift, 0),
+                           box_bytes<T>(T::kBc, T::kD, kShift ? exact_boxes<T>(params) : 0));
       load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
                             copy(&params.v_map, T::kDv, params.v_shift, params.v_flat_cols));
     }
@@ -898,7 +919,8 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
         };
       };
       load_stage<T, T::kD>(sm.k_tiles, sm.k_full, sm.k_empty, s, phase, leader,
-                           copy(&params.k_map, T::kD, params.k_shift, 0));
+                           copy(&params.k_map, T::kD, params.k_shift, 0),
+                           box_bytes<T>(T::kBc, T::kD, kShift ? exact_boxes<T>(params) : 0));
       load_stage<T, T::kDv>(sm.v_tiles, sm.v_full, sm.v_empty, s, phase, leader,
                             copy(&params.v_map, T::kDv, params.v_shift, params.v_flat_cols));
       if (it + 1 < w.n_blocks) {
@@ -918,8 +940,9 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // stores instead of 3724), then in none once the gathered path's values were derived where used
 // (gather_kv, for_each_tile; docs/performance.md sessions 70-72); the e4m3 converters spill none
 // at 56. kShift: a narrow pair's TMA loads take its heads' column shifts (Params::k_shift,
-// v_shift) and V's map over a row's heads (v_flat_cols; the launcher leaves all three 0 on
-// gathered pages); a launch with none of them runs the loops without them (the pairs at their
+// v_shift), V's map over a row's heads (v_flat_cols) and Q's and K's exact boxes (qk_box_cols,
+// d 64's pairs only: exact_boxes); the launcher leaves all four 0 on gathered pages, and a
+// launch with none of them runs the loops without them (the pairs at their
 // own width, d 80 on (80, 80) and the like: 0.995x the base's speed that way, 0.991x through
 // the shifting loops; H200, docs/performance.md session 73).
 template <class T, bool kBounded, bool kShift>
@@ -934,13 +957,13 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       pipe += w.n_blocks;
     });
   } else if (params.p.layout == kLayoutPagedKv) {
-    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols) != 0) {
+    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols | exact_boxes<T>(params)) != 0) {
       load_paged_boxes<T, kShift>(params, sm, sched, ptid);
     } else {
       load_paged_boxes<T, false>(params, sm, sched, ptid);
     }
   } else if (ptid < 32) {
-    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols) != 0) {
+    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols | exact_boxes<T>(params)) != 0) {
       load_contiguous<T, kShift>(params, sm, sched, leader);
     } else {
       load_contiguous<T, false>(params, sm, sched, leader);

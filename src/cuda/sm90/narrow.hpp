@@ -113,4 +113,13 @@ constexpr bool flat_v_map(int64_t elem_bytes, int64_t head_dim_v, int64_t heads_
   return elem_bytes == 2 && head_dim_v % 16 != 0 && heads_kv > 1 && head_stride == head_dim_v;
 }
 
+// Whether a narrow pair's Q and K maps take boxes of exactly head_dim columns
+// (Params::qk_box_cols; launch.cuh says why): 16-bit rows that end inside a 32-byte sector, on
+// a kernel whose rows are one 64-column box (d 64: the pairs up to 64), so a box never reaches
+// past the problem's columns and the pair's columns past it stay the zeros written at the
+// kernel's start.
+constexpr bool exact_qk_boxes(int64_t elem_bytes, int64_t head_dim, int kernel_d) {
+  return elem_bytes == 2 && head_dim % 16 != 0 && kernel_d == 64;
+}
+
 }  // namespace fa::cuda::sm90

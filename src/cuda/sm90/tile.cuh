@@ -62,6 +62,10 @@ struct Params {
   // (head_dim_v here, 0 otherwise): a box's columns past its head's head_dim_v are the next
   // head's, not zeros TMA fills, which O's store never writes (launch.cuh says why).
   int32_t v_flat_cols = 0;
+  // A narrow pair's Q and K boxes of exactly head_dim columns (narrow.hpp's exact_qk_boxes), 0
+  // for boxes of 64: the columns past them in the Q buffer and K stages, which no box writes,
+  // are zeroed once at the kernel's start (launch.cuh says why).
+  int32_t qk_box_cols = 0;
 };
 
 template <DType kType_, int kD_, int kBc_, int kStages_, int kConsumers_, bool kOverlap_,

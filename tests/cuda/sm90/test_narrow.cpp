@@ -107,6 +107,19 @@ TEST_SUITE("family") {
     CHECK_FALSE(flat_v_map(2, 56, 8, 300 * 56));
     CHECK_FALSE(flat_v_map(1, 56, 8, 56));
   }
+
+  TEST_CASE("sm90 narrow pairs: which Q and K maps take boxes of exactly head_dim columns") {
+    // Rows ending inside a sector on a kernel whose rows are one box.
+    CHECK(exact_qk_boxes(2, 8, 64));
+    CHECK(exact_qk_boxes(2, 24, 64));
+    CHECK(exact_qk_boxes(2, 56, 64));
+    // Rows ending on a sector, rows of two or more boxes, e4m3.
+    CHECK_FALSE(exact_qk_boxes(2, 48, 64));
+    CHECK_FALSE(exact_qk_boxes(2, 64, 64));
+    CHECK_FALSE(exact_qk_boxes(2, 56, 128));
+    CHECK_FALSE(exact_qk_boxes(2, 72, 128));
+    CHECK_FALSE(exact_qk_boxes(1, 56, 64));
+  }
 }
 
 }  // namespace fa::cuda::sm90
