@@ -27,8 +27,8 @@ namespace fa::cuda::sm90 {
 // (plain only) a narrow pair's, with the column bounds and the heads' column shifts
 // (narrow.hpp's column_shift: rows 16 bytes into a 32-byte sector read from 8 columns to the
 // left), V's map over a row's heads (flat_v_map) and on d 64's pairs Q's and K's boxes of
-// exactly head_dim columns (exact_qk_boxes). kE4M3 (rules::fp8_kv_tile configs, the kernel's own head dims; the plain
-// instantiation on Tile::kE4M3Keys tiles only): an e4m3 K/V
+// exactly head_dim columns (exact_qk_boxes). kE4M3 (rules::fp8_kv_tile configs, the kernel's
+// own head dims; the plain instantiation on Tile::kE4M3Keys tiles only): an e4m3 K/V
 // cache. The producer warpgroup converts its V to fp16 in shared memory (mainloop_load.cuh's
 // load_convert_e4m3) and P V runs in fp16. Its K: with bf16 queries at d 128 and 256
 // (Tile::kE4M3Keys) read as loaded, S = Q K^T on wgmma's e4m3 form against each query row held

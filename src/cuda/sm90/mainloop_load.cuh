@@ -290,8 +290,6 @@ __device__ __forceinline__ void prefetch_maps(Params const& params) {
   tma_prefetch_map(&params.v_map);
 }
 
-// Tile w's Q into its buffer, by the producer's first thread once the buffer is free; its
-// columns `shift` to the right there, as its K head's (narrow.hpp's column_shift).
 // The bytes of `rows` rows of a tensor's boxes, `cols` columns a row in boxes of 64 or, where a
 // narrow pair's boxes are exact (Params::qk_box_cols), of box_cols each: a "full" barrier's
 // transaction count.
@@ -307,6 +305,9 @@ __device__ __forceinline__ int exact_boxes(Params const& params) {
   return T::kD == 64 ? params.qk_box_cols : 0;
 }
 
+// Tile w's Q into its buffer, by the producer's first thread once the buffer is free; its
+// columns `shift` to the right there, as its K head's (narrow.hpp's column_shift);
+// bytes: what its boxes bring (box_bytes).
 template <class T>
 __device__ __forceinline__ void load_q(Params const& params, Smem<T> const& sm, Work const& w,
                                        int shift, int bytes = T::kQBytes) {
@@ -942,9 +943,9 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
 // at 56. kShift: a narrow pair's TMA loads take its heads' column shifts (Params::k_shift,
 // v_shift), V's map over a row's heads (v_flat_cols) and Q's and K's exact boxes (qk_box_cols,
 // d 64's pairs only: exact_boxes); the launcher leaves all four 0 on gathered pages, and a
-// launch with none of them runs the loops without them (the pairs at their
-// own width, d 80 on (80, 80) and the like: 0.995x the base's speed that way, 0.991x through
-// the shifting loops; H200, docs/performance.md session 73).
+// launch with none of them runs the loops without them (the pairs at their own width, d 80 on
+// (80, 80) and the like: 0.995x the base's speed that way, 0.991x through the shifting loops;
+// H200, docs/performance.md session 73).
 template <class T, bool kBounded, bool kShift>
 __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& sm,
                                            TileScheduler<T> const& sched, int ptid) {
@@ -957,13 +958,15 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       pipe += w.n_blocks;
     });
   } else if (params.p.layout == kLayoutPagedKv) {
-    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols | exact_boxes<T>(params)) != 0) {
+    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols |
+                   exact_boxes<T>(params)) != 0) {
       load_paged_boxes<T, kShift>(params, sm, sched, ptid);
     } else {
       load_paged_boxes<T, false>(params, sm, sched, ptid);
     }
   } else if (ptid < 32) {
-    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols | exact_boxes<T>(params)) != 0) {
+    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols |
+                   exact_boxes<T>(params)) != 0) {
       load_contiguous<T, kShift>(params, sm, sched, leader);
     } else {
       load_contiguous<T, false>(params, sm, sched, leader);
