@@ -64,6 +64,12 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   }
 }
 
+// Bits lo .. hi - 1 of a 32-bit mask (0 <= lo, hi <= 32): a tile's 8-column chunks of O.
+__device__ __forceinline__ uint32_t chunk_mask(int lo, int hi) {
+  uint32_t const below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u;
+  return below_hi & ~((1u << lo) - 1u);
+}
+
 // row0: the thread's first row in its sequence; wg_row: its warpgroup's first; c: the exponent's
 // scale for each of its two rows (softmax's). A sink joins the denominator:
 //   l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
@@ -106,6 +112,15 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   bool const by_tma = T::kOStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
   int const shift =
       kShift ? column_shift(params.v_shift, int(params.kv_group_div.div(uint32_t(w.head)))) : 0;
+  // The bounded instantiations' 8-column chunks that the threads store (bit j: registers
+  // o[4j..4j+3]): from the shift's (a shifted head's first chunk is the zeros left of its column
+  // 0) up to head_dim_v. One mask a tile and a predicated store a chunk: the same bounds as a
+  // compare and a branch out of the loop per chunk ran d 64 on its (64, 64) pair at 1.05x plain
+  // d 64's time at 512 keys (the same key loop; 1.06x the warp instructions, 1.3x the branches,
+  // its stores 1.27-1.35x the L2 write sectors), and the masks ran d 24-56 1.008-1.012x faster
+  // (512 keys up to 1.05x; H200, docs/performance.md session 75).
+  uint32_t chunks = ~0u;
+  if constexpr (kBounded) chunks = chunk_mask(shift / 8, int((p.head_dim_v + shift) / 8));
   if constexpr (T::kOStaged) {
     if (by_tma) store_o_tma<T, Elem>(params, sm, w, o, inv, wg, wg_row, shift);
   }
@@ -143,8 +158,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
         // narrow pairs: kernel.cuh) run a head dim below the kernel's: a compare per chunk in
         // the plain one cost d 256 28-36 bytes more spills and 1.4%, d 64 causal 512-1024 2-5%
         // (H200).
-        if (kShift && j == 0 && shift != 0) continue;
-        if (kBounded && 8 * j - shift >= p.head_dim_v) break;
+        if (kBounded && ((chunks >> j) & 1u) == 0) continue;
         uint32_t const v =
             ptx::pack2<Elem>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
         *reinterpret_cast<uint32_t*>(out + (8 * j - shift) + 2 * (lane % 4)) = v;

@@ -140,17 +140,61 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   int const k_cols = e4m3 && !keys8 ? T::kD : T::kFp8 || keys8 ? 128 : T::kBlockCols;
   int const v_cols = e4m3 || T::kFp8 ? T::kD : 64;
   BoxSwizzle const k_swizzle = T::kFp8 || keys8 ? BoxSwizzle::k128 : BoxSwizzle::kByType;
-  for (cudaError_t e :
-       {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
-                        p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr,
-                        T::kBlockCols, k_swizzle),
-        encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
-                        p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows,
-                        k_cols, k_swizzle),
-        encode_tile_map(&params.v_map, kv_type, p.v, p.head_dim_v, k_rows, heads_kv, k_batch,
-                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows,
-                        v_cols)}) {
-    if (e != cudaSuccess) return e;
+  // Head dims below the kernel's need the column bounds: without the general features, the
+  // cheapest narrow pair that runs them (narrow.hpp's Narrow), else the general instantiation
+  // (pick 0). An e4m3 cache takes neither (its own instantiations, below).
+  bool const narrower = p.head_dim < T::kD || p.head_dim_v < T::kDv;
+  int const pick = general ? 0 : Narrow<T, kList>::pick(p.head_dim, p.head_dim_v);
+  bool const pair = pick > 0 && narrower && !e4m3 && params.kv_gather == 0;
+  // A box row that ends inside a 32-byte sector, the rest filled with zeros by TMA, is the
+  // slow case of a TMA load: d 24, 40 and 56 (rows ending 16 bytes into a sector) ran 1.02-1.04x
+  // faster with V's map rounded up to whole sectors, 1.05-1.07x with Q's, K's and V's (H200,
+  // docs/performance.md session 74). V's columns past head_dim_v reach only O's past it,
+  // which no store writes, so where a row holds its K/V heads side by side, a pair's V map runs
+  // over all of them as one run of columns and a box's columns past its head are the next
+  // head's (only the last head's end at the row's, a sector boundary when the row's bytes are a
+  // multiple of 32). K's cannot: Q's zero columns times a non-finite key of the next head
+  // would make the scores NaN.
+  // K's columns must be zeros past the head (above), and where a row is one box (the pairs up
+  // to 64 on d 64's kernels) they need not come from TMA: a box of exactly head_dim columns
+  // never reaches past the problem's (TMA lays a box narrower than its 128-byte swizzle span
+  // into the first columns of each 128-byte row, the rest untouched, H200), and the kernel
+  // zeroes the Q buffer and K stages once (kernel.cuh). Q's boxes likewise, and no shift for
+  // them: a box from column -8 would reach outside the map again.
+  // Each map is encoded once, in the form the launch takes (each encode about a microsecond);
+  // a form TMA refuses falls back to the heads' own maps in boxes of 64 columns.
+  bool exact = pair && exact_qk_boxes(dtype_size(C.dtype), p.head_dim, T::kD);
+  bool flat = pair && flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride);
+  int const q_cols = exact ? int(p.head_dim) : T::kBlockCols;
+  if (exact) {
+    exact = encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
+                            p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr, q_cols,
+                            k_swizzle) == cudaSuccess &&
+            encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
+                            p.k_seq_stride, p.k_head_stride, p.k_batch_stride,
+                            params.kv_box_rows, q_cols, k_swizzle) == cudaSuccess;
+  }
+  if (!exact) {
+    for (cudaError_t e :
+         {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
+                          p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr,
+                          T::kBlockCols, k_swizzle),
+          encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
+                          p.k_seq_stride, p.k_head_stride, p.k_batch_stride,
+                          params.kv_box_rows, k_cols, k_swizzle)}) {
+      if (e != cudaSuccess) return e;
+    }
+  }
+  flat = flat && encode_tile_map(&params.v_map, kv_type, p.v, heads_kv * p.head_dim_v, k_rows, 1,
+                                 k_batch, p.v_seq_stride, p.v_head_stride, p.v_batch_stride,
+                                 params.kv_box_rows, v_cols) == cudaSuccess;
+  if (!flat) {
+    if (cudaError_t e = encode_tile_map(&params.v_map, kv_type, p.v, p.head_dim_v, k_rows,
+                                        heads_kv, k_batch, p.v_seq_stride, p.v_head_stride,
+                                        p.v_batch_stride, params.kv_box_rows, v_cols);
+        e != cudaSuccess) {
+      return e;
+    }
   }
   // O through shared memory and TMA where the tile stages it (its own buffer, or at d 192 and 256
   // the Q tile) and the rows are written unsplit; an O whose base or strides TMA cannot describe
@@ -190,60 +234,23 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
       return cudaLaunchKernelEx(&config, forward_kernel<T, true, 0, 0, true>, params);
     }
   }
-  // Head dims below the kernel's need the column bounds: without the general features, the
-  // cheapest narrow pair that runs them (narrow.hpp's Narrow), else the general instantiation.
-  bool const narrower = p.head_dim < T::kD || p.head_dim_v < T::kDv;
   if (!general && !narrower) return cudaLaunchKernelEx(&config, forward_kernel<T, false>, params);
-  int const pick = general ? 0 : Narrow<T, kList>::pick(p.head_dim, p.head_dim_v);
-  if (pick > 0 && params.kv_gather == 0) {
+  if (pair) {
     // A narrow pair's K and V heads whose rows start 16 bytes into a sector read from 8 columns
-    // to the left (narrow.hpp's column_shift_bits), with the maps' strides and extents.
+    // to the left (narrow.hpp's column_shift_bits), with the maps' strides and extents; not Q
+    // and K in exact boxes (a box from column -8 would reach outside the map).
     NarrowDims const dims = kList.dims[pick - 1];
     params.kv_group_div = FastDivmod::make(p.q_heads_per_kv);
-    params.k_shift = column_shift_bits(reinterpret_cast<uintptr_t>(p.k), dtype_size(C.dtype),
-                                       p.head_dim, dims.qk_cols, p.k_seq_stride, k_rows,
-                                       p.k_head_stride, heads_kv, p.k_batch_stride, k_batch);
+    params.k_shift = exact ? 0
+                           : column_shift_bits(reinterpret_cast<uintptr_t>(p.k),
+                                               dtype_size(C.dtype), p.head_dim, dims.qk_cols,
+                                               p.k_seq_stride, k_rows, p.k_head_stride, heads_kv,
+                                               p.k_batch_stride, k_batch);
     params.v_shift = column_shift_bits(reinterpret_cast<uintptr_t>(p.v), dtype_size(C.dtype),
                                        p.head_dim_v, dims.v_cols, p.v_seq_stride, k_rows,
                                        p.v_head_stride, heads_kv, p.v_batch_stride, k_batch);
-    // A box row that ends inside a 32-byte sector, the rest filled with zeros by TMA, is the
-    // slow case of a TMA load: d 24, 40 and 56 (rows ending 16 bytes into a sector) ran 1.02-1.04x
-    // faster with V's map rounded up to whole sectors, 1.05-1.07x with Q's, K's and V's (H200,
-    // docs/performance.md session 74). V's columns past head_dim_v reach only O's past it,
-    // which no store writes, so where a row holds its K/V heads side by side, V's map runs over
-    // all of them as one run of columns and a box's columns past its head are the next head's
-    // (only the last head's end at the row's, a sector boundary when the row's bytes are a
-    // multiple of 32). K's cannot: Q's zero columns times a non-finite key of the next head
-    // would make the scores NaN.
-    // K's columns must be zeros past the head (above), and where a row is one box (the pairs up
-    // to 64 on d 64's kernels) they need not come from TMA: a box of exactly head_dim columns
-    // never reaches past the problem's (TMA lays a box narrower than its 128-byte swizzle span
-    // into the first columns of each 128-byte row, the rest untouched, H200), and the kernel
-    // zeroes the Q buffer and K stages once (kernel.cuh). Q's boxes likewise, and no shift for
-    // them: a box from column -8 would reach outside the map again.
-    if (exact_qk_boxes(dtype_size(C.dtype), p.head_dim, T::kD)) {
-      int const cols = int(p.head_dim);
-      CUtensorMap q_exact, k_exact;
-      if (encode_tile_map(&q_exact, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
-                          p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr, cols,
-                          k_swizzle) == cudaSuccess &&
-          encode_tile_map(&k_exact, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
-                          p.k_seq_stride, p.k_head_stride, p.k_batch_stride, params.kv_box_rows,
-                          cols, k_swizzle) == cudaSuccess) {
-        params.q_map = q_exact;
-        params.k_map = k_exact;
-        params.k_shift = 0;
-        params.qk_box_cols = cols;
-      }
-    }
-    CUtensorMap flat;
-    if (flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride) &&
-        encode_tile_map(&flat, kv_type, p.v, heads_kv * p.head_dim_v, k_rows, 1, k_batch,
-                        p.v_seq_stride, p.v_head_stride, p.v_batch_stride, params.kv_box_rows,
-                        v_cols) == cudaSuccess) {
-      params.v_map = flat;
-      params.v_flat_cols = int32_t(p.head_dim_v);
-    }
+    params.qk_box_cols = exact ? q_cols : 0;
+    params.v_flat_cols = flat ? int32_t(p.head_dim_v) : 0;
   }
   return launch_narrow<T, kList>(config, params, pick);
 }
