@@ -64,12 +64,6 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
   }
 }
 
-// Bits lo .. hi - 1 of a 32-bit mask (0 <= lo, hi <= 32): a tile's 8-column chunks of O.
-__device__ __forceinline__ uint32_t chunk_mask(int lo, int hi) {
-  uint32_t const below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u;
-  return below_hi & ~((1u << lo) - 1u);
-}
-
 // row0: the thread's first row in its sequence; wg_row: its warpgroup's first; c: the exponent's
 // scale for each of its two rows (softmax's). A sink joins the denominator:
 //   l' = l e^(m - M) + e^(sink - M) with M = max(m, sink).
@@ -113,14 +107,13 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   int const shift =
       kShift ? column_shift(params.v_shift, int(params.kv_group_div.div(uint32_t(w.head)))) : 0;
   // The bounded instantiations' 8-column chunks that the threads store (bit j: registers
-  // o[4j..4j+3]): from the shift's (a shifted head's first chunk is the zeros left of its column
-  // 0) up to head_dim_v. One mask a tile and a predicated store a chunk: the same bounds as a
-  // compare and a branch out of the loop per chunk ran d 64 on its (64, 64) pair at 1.05x plain
-  // d 64's time at 512 keys (the same key loop; 1.06x the warp instructions, 1.3x the branches,
-  // its stores 1.27-1.35x the L2 write sectors), and the masks ran d 24-56 1.008-1.012x faster
-  // (512 keys up to 1.05x; H200, docs/performance.md session 75).
+  // o[4j..4j+3]; narrow.hpp's stored_chunks). One mask a tile and a predicated store a chunk:
+  // the same bounds as a compare and a branch out of the loop per chunk ran d 64 on its (64, 64)
+  // pair at 1.05x plain d 64's time at 512 keys (the same key loop; 1.05-1.06x the warp
+  // instructions, 1.3x the branches, its stores 1.27-1.35x the L2 write sectors), and the masks
+  // ran d 24-56 1.008-1.012x faster (512 keys up to 1.05x; H200, docs/performance.md session 75).
   uint32_t chunks = ~0u;
-  if constexpr (kBounded) chunks = chunk_mask(shift / 8, int((p.head_dim_v + shift) / 8));
+  if constexpr (kBounded) chunks = stored_chunks(shift, int(p.head_dim_v));
   if constexpr (T::kOStaged) {
     if (by_tma) store_o_tma<T, Elem>(params, sm, w, o, inv, wg, wg_row, shift);
   }

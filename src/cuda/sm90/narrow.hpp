@@ -105,6 +105,16 @@ constexpr int column_shift(int32_t bits, int head) {
   return ((bits ^ ((bits >> 1) & head)) & 1) * kShiftCols;
 }
 
+// The 8-column chunks of O's registers (bit j: columns 8j .. 8j + 7 of the tile) that a bounded
+// store writes (epilogue.cuh's store_tile): those from the head's column shift (a shifted head's
+// first chunk holds the zeros left of its column 0) up to head_dim_v past it. shift: 0 or
+// kShiftCols; head_dim_v: a multiple of 8 with head_dim_v + shift <= 256 (the shift fits the pair).
+constexpr uint32_t stored_chunks(int shift, int head_dim_v) {
+  int const lo = shift / 8, hi = (head_dim_v + shift) / 8;
+  uint32_t const below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u;
+  return below_hi & ~((1u << lo) - 1u);
+}
+
 // Whether a narrow pair's V map runs over a row's K/V heads as one run of columns
 // (Params::v_flat_cols; launch.cuh says why): 16-bit rows that end inside a 32-byte sector
 // (head_dim_v an odd multiple of 8), more than one head, and the heads side by side.

@@ -94,6 +94,33 @@ TEST_SUITE("family") {
     CHECK(column_shift_bits(0x10000, 2, 72, 80, 72, 300, 300 * 72, 2, 2 * 300 * 72, 2) == 0);
   }
 
+  TEST_CASE("sm90 bounded stores: the chunks of O a tile writes") {
+    CHECK(stored_chunks(0, 64) == 0xffu);
+    CHECK(stored_chunks(0, 56) == 0x7fu);
+    CHECK(stored_chunks(kShiftCols, 56) == 0xfeu);  // a shifted head: registers' chunks 1-7
+    CHECK(stored_chunks(0, 256) == 0xffffffffu);
+    CHECK(stored_chunks(kShiftCols, 248) == 0xfffffffeu);
+    CHECK(stored_chunks(0, 8) == 0x1u);
+    // Against the bounds as a loop over the chunks states them (skip a shifted head's first,
+    // stop at head_dim_v), for every tile width, shift and value head dim that fits.
+    for (int cols = 64; cols <= 256; cols += 64) {
+      for (int shift : {0, kShiftCols}) {
+        for (int dv = 8; dv + shift <= cols; dv += 8) {
+          uint32_t expected = 0;
+          for (int j = 0; j < cols / 8; ++j) {
+            if (j == 0 && shift != 0) continue;
+            if (8 * j - shift >= dv) break;
+            expected |= 1u << j;
+          }
+          CAPTURE(cols);
+          CAPTURE(shift);
+          CAPTURE(dv);
+          CHECK(stored_chunks(shift, dv) == expected);
+        }
+      }
+    }
+  }
+
   TEST_CASE("sm90 narrow pairs: which V maps run over a row's heads") {
     // 16-bit rows ending 16 bytes into a sector, heads side by side: the row's heads as one run.
     CHECK(flat_v_map(2, 56, 8, 56));
