@@ -161,8 +161,8 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   // into the first columns of each 128-byte row, the rest untouched, H200), and the kernel
   // zeroes the Q buffer and K stages once (kernel.cuh). Q's boxes likewise, and no shift for
   // them: a box from column -8 would reach outside the map again.
-  // Each map is encoded once, in the form the launch takes (each encode about a microsecond);
-  // a form TMA refuses falls back to the heads' own maps in boxes of 64 columns.
+  // Each map is encoded once, in the form the launch takes; a form TMA refuses falls back to
+  // the heads' own maps in boxes of 64 columns.
   bool exact = pair && exact_qk_boxes(dtype_size(C.dtype), p.head_dim, T::kD);
   bool flat = pair && flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride);
   int const q_cols = exact ? int(p.head_dim) : T::kBlockCols;
