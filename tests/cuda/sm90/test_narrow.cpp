@@ -1,6 +1,10 @@
 // The sm90 family's narrow pairs (src/cuda/sm90/narrow.hpp): which pair a problem's head dims
-// get, which tiles take none, and which lists a registration refuses.
+// get, which tiles take none, which lists a registration refuses, which heads shift, which maps
+// take boxes of exactly head_dim columns or run over a row's heads, and which chunks of O a
+// bounded store writes.
 #include <doctest/doctest.h>
+
+#include <initializer_list>
 
 #include "cuda/sm90/narrow.hpp"
 
