@@ -111,7 +111,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   // the same bounds as a compare and a branch out of the loop per chunk ran d 64 on its (64, 64)
   // pair at 1.05x plain d 64's time at 512 keys (the same key loop; 1.05-1.06x the warp
   // instructions, 1.3x the branches, its stores 1.27-1.35x the L2 write sectors), and the masks
-  // ran d 24-56 1.008-1.012x faster (512 keys up to 1.05x; H200, docs/performance.md session 75).
+  // ran d 24-56 1.007-1.012x faster (512 keys up to 1.05x; H200, docs/performance.md session 75).
   uint32_t chunks = ~0u;
   if constexpr (kBounded) chunks = stored_chunks(shift, int(p.head_dim_v));
   if constexpr (T::kOStaged) {
