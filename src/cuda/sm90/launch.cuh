@@ -163,38 +163,33 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   // them: a box from column -8 would reach outside the map again.
   // Each map is encoded once, in the form the launch takes; a form TMA refuses falls back to
   // the heads' own maps in boxes of 64 columns.
-  bool exact = pair && exact_qk_boxes(dtype_size(C.dtype), p.head_dim, T::kD);
-  bool flat = pair && flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride);
-  int const q_cols = exact ? int(p.head_dim) : T::kBlockCols;
-  if (exact) {
-    exact = encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
-                            p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr, q_cols,
-                            k_swizzle) == cudaSuccess &&
-            encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
-                            p.k_seq_stride, p.k_head_stride, p.k_batch_stride,
-                            params.kv_box_rows, q_cols, k_swizzle) == cudaSuccess;
-  }
+  auto const encode_qk = [&](int q_box_cols, int k_box_cols) {
+    cudaError_t const e = encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows,
+                                          p.heads_q, q_batch, p.q_seq_stride, p.q_head_stride,
+                                          p.q_batch_stride, T::kBr, q_box_cols, k_swizzle);
+    return e != cudaSuccess ? e
+                            : encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows,
+                                              heads_kv, k_batch, p.k_seq_stride, p.k_head_stride,
+                                              p.k_batch_stride, params.kv_box_rows, k_box_cols,
+                                              k_swizzle);
+  };
+  // flat: V's columns as one run over a row's heads (a map of one head).
+  auto const encode_v = [&](bool flat) {
+    return encode_tile_map(&params.v_map, kv_type, p.v,
+                           flat ? heads_kv * p.head_dim_v : p.head_dim_v, k_rows,
+                           flat ? 1 : heads_kv, k_batch, p.v_seq_stride, p.v_head_stride,
+                           p.v_batch_stride, params.kv_box_rows, v_cols);
+  };
+  bool const exact = pair && exact_qk_boxes(dtype_size(C.dtype), p.head_dim, T::kD) &&
+                     encode_qk(int(p.head_dim), int(p.head_dim)) == cudaSuccess;
   if (!exact) {
-    for (cudaError_t e :
-         {encode_tile_map(&params.q_map, C.dtype, p.q, p.head_dim, q_rows, p.heads_q, q_batch,
-                          p.q_seq_stride, p.q_head_stride, p.q_batch_stride, T::kBr,
-                          T::kBlockCols, k_swizzle),
-          encode_tile_map(&params.k_map, kv_type, p.k, p.head_dim, k_rows, heads_kv, k_batch,
-                          p.k_seq_stride, p.k_head_stride, p.k_batch_stride,
-                          params.kv_box_rows, k_cols, k_swizzle)}) {
-      if (e != cudaSuccess) return e;
-    }
+    if (cudaError_t e = encode_qk(T::kBlockCols, k_cols); e != cudaSuccess) return e;
   }
-  flat = flat && encode_tile_map(&params.v_map, kv_type, p.v, heads_kv * p.head_dim_v, k_rows, 1,
-                                 k_batch, p.v_seq_stride, p.v_head_stride, p.v_batch_stride,
-                                 params.kv_box_rows, v_cols) == cudaSuccess;
+  bool const flat = pair &&
+                    flat_v_map(dtype_size(C.dtype), p.head_dim_v, heads_kv, p.v_head_stride) &&
+                    encode_v(true) == cudaSuccess;
   if (!flat) {
-    if (cudaError_t e = encode_tile_map(&params.v_map, kv_type, p.v, p.head_dim_v, k_rows,
-                                        heads_kv, k_batch, p.v_seq_stride, p.v_head_stride,
-                                        p.v_batch_stride, params.kv_box_rows, v_cols);
-        e != cudaSuccess) {
-      return e;
-    }
+    if (cudaError_t e = encode_v(false); e != cudaSuccess) return e;
   }
   // O through shared memory and TMA where the tile stages it (its own buffer, or at d 192 and 256
   // the Q tile) and the rows are written unsplit; an O whose base or strides TMA cannot describe
@@ -249,7 +244,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
     params.v_shift = column_shift_bits(reinterpret_cast<uintptr_t>(p.v), dtype_size(C.dtype),
                                        p.head_dim_v, dims.v_cols, p.v_seq_stride, k_rows,
                                        p.v_head_stride, heads_kv, p.v_batch_stride, k_batch);
-    params.qk_box_cols = exact ? q_cols : 0;
+    params.qk_box_cols = exact ? int32_t(p.head_dim) : 0;
     params.v_flat_cols = flat ? int32_t(p.head_dim_v) : 0;
   }
   return launch_narrow<T, kList>(config, params, pick);
