@@ -49,9 +49,9 @@ constexpr int64_t v_cols(KernelConfig const& c) {
 // slots of V as TMA loads it (B_c rows of d_head bytes, unswizzled; none in a tile that copies V's
 // images, e4m3_images_only), and after them the pipeline's barriers and each slot's "full" and
 // "empty" mbarrier.
-// Each V stage is rounded up to 1024 bytes, so that O's staging buffer after the stages starts on
-// a 128-byte swizzle atom (TMA stores it from there); that buffer holds B_r rows of O in its
-// 16-bit type where it fits beside the raw V slots.
+// Each V stage is rounded up to 128 bytes and the stages' end to 1024, so that O's staging buffer
+// after them starts on a 128-byte swizzle atom (TMA stores it from there); that buffer holds B_r
+// rows of O in its 16-bit type where it fits beside the raw V slots.
 constexpr int64_t e4m3_vt_group_bytes(int64_t b_c) { return b_c / 16 * 128 + 16; }
 // The image of one V stage (d_head / 8 groups, without the 1024-byte rounding) as a dense or
 // varlen FP8 problem's V is transposed ahead of the run into the workspace (v_images.cuh), one per
@@ -70,12 +70,12 @@ constexpr bool e4m3_images_only(KernelConfig const& c) {
   return c.dtype == DType::kE4M3 && int64_t(c.B_c) / 2 + c.B_c / 8 + c.d_head / 2 > 176;
 }
 constexpr int64_t e4m3_pipe_bytes(KernelConfig const& c) {
-  int64_t const vt = (int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c) + 1023) / 1024 * 1024;
-  return 1024 + int64_t(c.B_r) * c.d_head + int64_t(c.stages) * (int64_t(c.B_c) * c.d_head + vt) +
-         8 * (2 + 4 * int64_t(c.stages));
+  int64_t const vt = (int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c) + 127) / 128 * 128;
+  int64_t const stages =
+      int64_t(c.B_r) * c.d_head + int64_t(c.stages) * (int64_t(c.B_c) * c.d_head + vt);
+  return 1024 + (stages + 1023) / 1024 * 1024 + 8 * (2 + 4 * int64_t(c.stages));
 }
 constexpr int64_t e4m3_o_bytes(KernelConfig const& c) {
-  if (c.d_head != 128) return 0;  // d 256: staging spilled (tile.cuh)
   int64_t const o = int64_t(c.B_r) * c.d_head * 2;
   int64_t const slots = e4m3_images_only(c) ? 0 : 2 * (int64_t(c.B_c) * c.d_head + 16);
   return e4m3_pipe_bytes(c) + o + slots <= kMaxSmemBytesAnyArch ? o : 0;

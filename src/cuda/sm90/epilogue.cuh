@@ -101,9 +101,12 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
     inv[r] = sum == 0.f ? 0.f : out_scale / sum;
     lse[r] = sum == 0.f ? -INFINITY : top + logf(sum);
   }
+  // An FP8 d 256 tile's general instantiation (score transforms, split outputs, sinks) stores O
+  // by the threads: staged, it spilled 116-144 bytes (ptxas), where the plain one does not.
+  constexpr bool kStaged = T::kOStaged && !(kGeneral && T::kFp8 && T::kD == 256);
   // The warpgroup's rows all in the sequence (uniform over its 128 threads, as the barriers in
   // store_o_tma need).
-  bool const by_tma = T::kOStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
+  bool const by_tma = kStaged && !split_out && params.o_tma != 0 && wg_row + 64 <= w.seq.sq;
   int const shift =
       kShift ? column_shift(params.v_shift, int(params.kv_group_div.div(uint32_t(w.head)))) : 0;
   // The bounded instantiations' 8-column chunks that the threads store (bit j: registers
@@ -114,7 +117,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
   // ran d 24-56 1.007-1.012x faster (512 keys up to 1.05x; H200, docs/performance.md session 75).
   uint32_t chunks = ~0u;
   if constexpr (kBounded) chunks = stored_chunks(shift, int(p.head_dim_v));
-  if constexpr (T::kOStaged) {
+  if constexpr (kStaged) {
     if (by_tma) store_o_tma<T, Elem>(params, sm, w, o, inv, wg, wg_row, shift);
   }
 #pragma unroll

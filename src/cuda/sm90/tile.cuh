@@ -112,11 +112,14 @@ struct Tile {
   static constexpr int kVtGroupBytes = kBc / 16 * 128 + 16;
   // A V stage's image in the workspace (v_images.cuh): its groups as the stage holds them.
   static constexpr int kVImageBytes = kDv / 8 * kVtGroupBytes;
-  // (rounded up to 1024 bytes: O's staging buffer after the stages starts on a swizzle atom)
-  static constexpr int kVBytes =
-      kFp8 ? (kDv / 8 * kVtGroupBytes + 1023) / 1024 * 1024 : kBc * kDv * 2;
-  static constexpr int kPipeBytes = 1024 /* alignment slack */ + kQBytes +
-                                    kStages * (kKVBytes + kVBytes) + kBarrierBytes;
+  // (an FP8 stage rounded up to 128 bytes, so every stage has the first one's bank pattern)
+  static constexpr int kVBytes = kFp8 ? (kVImageBytes + 127) / 128 * 128 : kBc * kDv * 2;
+  // O's staging buffer after the stages starts on a 128-byte swizzle atom (TMA stores it from
+  // there): an FP8 tile rounds the stages' end up to 1024 bytes once. (Each V stage rounded up
+  // to 1024 bytes instead left d 256's 128-key tile 80 bytes short of its O buffer.)
+  static constexpr int kStagesEnd = kQBytes + kStages * (kKVBytes + kVBytes);
+  static constexpr int kOAt = kFp8 ? (kStagesEnd + 1023) / 1024 * 1024 : kStagesEnd;
+  static constexpr int kPipeBytes = 1024 /* alignment slack */ + kOAt + kBarrierBytes;
   // O's staging buffer for the TMA store at d 128, where it fits beside the pipeline (two stages
   // of up to 128 keys; d 256's stages fill shared memory). At d 64, whose rows take 8 stores a
   // thread, staging ran 4-9% slower than the threads' own stores (non-causal 512-4096, H200),
@@ -133,13 +136,12 @@ struct Tile {
   static constexpr int kPRegs = kFp8 ? kBc / 8 : kBc / 4;  // P's (packed pairs, or 4 e4m3 bytes)
   static constexpr bool kImagesOnly = kFp8 && kBc / 2 + kPRegs + kDv / 2 > 176;
   static constexpr int kRawSlotBytes = kImagesOnly ? 0 : 2 * (kVRawBytes + 16);
-  // An FP8 tile at d 128 stages its 16-bit O (kBr rows x kDv x 2 bytes, twice its Q rows' bytes)
-  // where it fits beside its raw V slots (two, or none): its threads' own 4-byte stores used 16 of each 32-byte
-  // sector (ncu, d 128, 8k). At d 256 staging spilled 52-120 bytes (ptxas).
+  // An FP8 tile stages its 16-bit O (kBr rows x kDv x 2 bytes, twice its Q rows' bytes) where it
+  // fits beside its raw V slots (two, or none): its threads' own 4-byte stores used 16 of each
+  // 32-byte sector (ncu, d 128, 8k); staged, d 128 ran 1.08x and d 256 1.09x faster (H200,
+  // docs/performance.md session 77).
   static constexpr int kOBytes =
-      kFp8 ? (kD == 128 && kPipeBytes + kBr * kDv * 2 + kRawSlotBytes <= 227 * 1024
-                  ? kBr * kDv * 2
-                  : 0)
+      kFp8 ? (kPipeBytes + kBr * kDv * 2 + kRawSlotBytes <= 227 * 1024 ? kBr * kDv * 2 : 0)
       : kD == 128 && kPipeBytes + kQBytes <= 227 * 1024 ? kQBytes
                                                          : 0;
   static constexpr int kVRawSlots =
@@ -234,7 +236,7 @@ struct Smem {
     q_tile = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     k_tiles = q_tile + T::kQBytes;
     v_tiles = k_tiles + T::kStages * T::kKVBytes;
-    o_tile = v_tiles + T::kStages * T::kVBytes;
+    o_tile = q_tile + T::kOAt;
     k8_tiles = o_tile;
     v8_tiles = T::kFp8 ? o_tile + T::kOBytes : k8_tiles + T::kE4M3Slots * T::kE4M3Bytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(

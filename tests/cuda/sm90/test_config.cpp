@@ -74,37 +74,46 @@ static_assert(rules::own(KernelConfig{DType::kBF16, 128, 128, 176, 12, false, fa
 
 // FP8 kernels (dtype E4M3: e4m3 Q, K and V): their own layout (config.hpp), 1024 + Q (128 * 128)
 // + 2 stages of K (128 * 128) and of V transposed (16 groups of 8 rows, 8 * 128 + 16 bytes apart:
-// 16640, rounded up to 17408) + barriers 80, then O's buffer (128 * 128 * 2) and two raw V slots
-// of 128 * 128 + 16 bytes; consumers on 224 registers (S 64, P 16, O 64); at d 256 64 keys.
+// 16640, a multiple of 128), the stages' end rounded up to 1024 (82432 -> 82944) + barriers 80,
+// then O's buffer (128 * 128 * 2) and two raw V slots of 128 * 128 + 16 bytes; consumers on 224
+// registers (S 64, P 16, O 64); at d 256 64 keys.
 constexpr KernelConfig kFp8{DType::kE4M3, 128, 128, 128, 12, false, false, false, 0, 0, 0, false,
                             false, kId, 2, true, false, true};
 static_assert(rules::own(kFp8) && rules::e4m3_ok(kFp8) && !rules::fp8_kv_tile(kFp8));
-static_assert(e4m3_pipe_bytes(kFp8) == 1024 + 16384 + 2 * (16384 + 17408) + 80 &&
+static_assert(e4m3_pipe_bytes(kFp8) == 1024 + 82944 + 80 &&
               e4m3_o_bytes(kFp8) == 32768 && e4m3_v_slots(kFp8) == 2 &&
               smem_bytes(kFp8) == e4m3_pipe_bytes(kFp8) + 32768 + 2 * 16400);
 static_assert(rules::consumer_regs(kFp8) == 224 && rules::accumulator_regs(kFp8) == 144 &&
               !e4m3_images_only(kFp8));
 constexpr KernelConfig kFp8D256{DType::kE4M3, 256, 128, 64, 12, false, false, false, 0, 0, 0,
                                 false, false, kId, 2, true, false, true};
+// d 256 with 64 keys: Q 32768 + 2 stages of K 16384 and V 32 groups of 4 * 128 + 16 (16896),
+// 99328 (already a multiple of 1024), then O's buffer (128 * 256 * 2) and two raw slots.
 static_assert(rules::own(kFp8D256) && rules::accumulator_regs(kFp8D256) == 168 &&
-              !e4m3_images_only(kFp8D256));
+              !e4m3_images_only(kFp8D256) && e4m3_o_bytes(kFp8D256) == 65536 &&
+              e4m3_v_slots(kFp8D256) == 2 &&
+              smem_bytes(kFp8D256) == 1024 + 99328 + 80 + 65536 + 2 * (64 * 256 + 16));
 // d 128 with 192 keys: S 96, P 24, O 64 = 184, over 176, so its producer only copies V's images
 // (24 registers, consumers 240, no raw slots); 12 groups of V 12 * 128 + 16 bytes apart
-// (16 * 1552 = 24832, rounded up to 25600), then O's buffer.
+// (16 * 1552 = 24832), the stages' end 115200 rounded up to 115712, then O's buffer.
 constexpr KernelConfig kFp8B192{DType::kE4M3, 128, 128, 192, 12, false, false, false, 0, 0, 0,
                                 false, false, kId, 2, true, false, true};
 static_assert(rules::own(kFp8B192) && rules::accumulator_regs(kFp8B192) == 184 &&
               e4m3_images_only(kFp8B192) && e4m3_v_slots(kFp8B192) == 0 &&
               rules::consumer_regs(kFp8B192) == 240 &&
-              smem_bytes(kFp8B192) == 1024 + 16384 + 2 * (24576 + 25600) + 80 + 32768);
+              smem_bytes(kFp8B192) == 1024 + 115712 + 80 + 32768);
 // d 256 with 128 keys (FA3's FP8 tile): S, P and O take 64 + 16 + 128 = 208, so the producer
 // only copies V's images (24 registers, consumers 240, no raw slots): 1024 + Q 32768 +
-// 2 stages of K 32768 and V 32 groups of 8 * 128 + 16 (33280, rounded up to 33792) + 80.
+// 2 stages of K 32768 and V 32 groups of 8 * 128 + 16 (33280): 164864, a multiple of 1024, + 80,
+// then O's buffer (128 * 256 * 2), 944 bytes under the 227 KiB (each V stage rounded up to 1024
+// bytes left it 80 bytes over).
 constexpr KernelConfig kFp8D256B128{DType::kE4M3, 256, 128, 128, 12, false, false, false, 0, 0,
                                     0, false, false, kId, 2, true, false, true};
 static_assert(rules::own(kFp8D256B128) && e4m3_images_only(kFp8D256B128) &&
               rules::consumer_regs(kFp8D256B128) == 240 && e4m3_v_slots(kFp8D256B128) == 0 &&
-              smem_bytes(kFp8D256B128) == 1024 + 32768 + 2 * (32768 + 33792) + 80);
+              e4m3_o_bytes(kFp8D256B128) == 65536 &&
+              smem_bytes(kFp8D256B128) == 1024 + 164864 + 80 + 65536 &&
+              smem_bytes(kFp8D256B128) + 944 == kMaxSmemBytesAnyArch);
 
 TEST_SUITE("family") {
   TEST_CASE("sm90 FP8 (E4M3) configs: two consumers at d 128 or 256, B_c a generated e4m3 N") {
