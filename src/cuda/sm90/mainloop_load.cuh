@@ -304,6 +304,20 @@ template <class T>
 __device__ __forceinline__ int exact_boxes(Params const& params) {
   return T::kD == 64 ? params.qk_box_cols : 0;
 }
+// Whether a launch takes a narrow pair's shifting loops (kShift in load_tiles): any column
+// shift, V's map over a row's heads, or Q's and K's exact boxes.
+template <class T>
+__device__ __forceinline__ bool shifts_columns(Params const& params) {
+  return (params.k_shift | params.v_shift | params.v_flat_cols | exact_boxes<T>(params)) != 0;
+}
+// The map coordinates (first column, head) of a K/V head's boxes: its own head from column 0,
+// or with kShift its column shift (narrow.hpp's column_shift) to the left and, where V's map
+// runs over a row's heads (flat: Params::v_flat_cols), head 0 from the head's first column.
+template <bool kShift>
+__device__ __forceinline__ int2 box_origin(int kv_head, int32_t shift_bits, int flat) {
+  if constexpr (!kShift) return make_int2(0, kv_head);
+  return make_int2(kv_head * flat - column_shift(shift_bits, kv_head), flat != 0 ? 0 : kv_head);
+}
 
 // Tile w's Q into its buffer, by the producer's first thread once the buffer is free; its
 // columns `shift` to the right there, as its K head's (narrow.hpp's column_shift);
@@ -860,10 +874,9 @@ __device__ __forceinline__ void load_contiguous(Params const& params, Smem<T> co
       auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits, int flat) {
         return [&, map, cols, shift_bits, flat](uint8_t* dst, uint64_t* full) {
           if (!leader) return;
-          int const col0 = kShift ? kv_head * flat - column_shift(shift_bits, kv_head) : 0;
-          int const head = kShift && flat != 0 ? 0 : kv_head;
+          int2 const at = box_origin<kShift>(kv_head, shift_bits, flat);
           for (int cb = 0; cb < cols / 64; ++cb) {
-            tma_load_4d(dst + cb * T::kBc * 128, map, full, col0 + cb * 64, first, head,
+            tma_load_4d(dst + cb * T::kBc * 128, map, full, at.x + cb * 64, first, at.y,
                         w.map_batch);
           }
         };
@@ -911,11 +924,10 @@ __device__ __forceinline__ void load_paged_boxes(Params const& params, Smem<T> c
       auto copy = [&](CUtensorMap const* map, int cols, int32_t shift_bits, int flat) {
         return [&, map, cols, shift_bits, flat](uint8_t* dst, uint64_t* full) {
           if (slot * box >= T::kBc) return;
-          int const col0 = kShift ? kv_head * flat - column_shift(shift_bits, kv_head) : 0;
-          int const head = kShift && flat != 0 ? 0 : kv_head;
+          int2 const at = box_origin<kShift>(kv_head, shift_bits, flat);
           for (int cb = 0; cb < cols / 64; ++cb) {
-            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, col0 + cb * 64, row,
-                        head, page);
+            tma_load_4d(dst + (cb * T::kBc + slot * box) * 128, map, full, at.x + cb * 64, row,
+                        at.y, page);
           }
         };
       };
@@ -958,15 +970,13 @@ __device__ __forceinline__ void load_tiles(Params const& params, Smem<T> const& 
       pipe += w.n_blocks;
     });
   } else if (params.p.layout == kLayoutPagedKv) {
-    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols |
-                   exact_boxes<T>(params)) != 0) {
+    if (kShift && shifts_columns<T>(params)) {
       load_paged_boxes<T, kShift>(params, sm, sched, ptid);
     } else {
       load_paged_boxes<T, false>(params, sm, sched, ptid);
     }
   } else if (ptid < 32) {
-    if (kShift && (params.k_shift | params.v_shift | params.v_flat_cols |
-                   exact_boxes<T>(params)) != 0) {
+    if (kShift && shifts_columns<T>(params)) {
       load_contiguous<T, kShift>(params, sm, sched, leader);
     } else {
       load_contiguous<T, false>(params, sm, sched, leader);
