@@ -70,7 +70,8 @@ __device__ __forceinline__ void store_o_tma(Params const& params, Smem<T> const&
 // Both rows' sums are reduced before any store is issued (a shuffle queued behind the first
 // row's 16 stores waited for them: 9% of the stall samples at d 128, causal 512, on an H200).
 // Elem: O's type (the tile's, or an FP8 tile's bf16 or fp16). An FP8 tile's sums carry its P's
-// factor 2^7 (softmax.cuh's kSumScale; the kernel took it out of O). kShift (a narrow pair):
+// factor 2^7 (softmax.cuh's kSumScale), which o_mul takes out of O with V's descale (1 in a
+// 16-bit tile with a 16-bit cache): O's rows times o_mul / sum. kShift (a narrow pair):
 // O's columns start at its V head's column shift (Params::v_shift; never with split outputs,
 // which run the general instantiation).
 template <class T, bool kGeneral, bool kBounded = kGeneral, class Elem = typename T::Elem,
@@ -78,7 +79,8 @@ template <class T, bool kGeneral, bool kBounded = kGeneral, class Elem = typenam
 __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& sm, Work const& w,
                                            OnlineSoftmax<T> const& softmax,
                                            float const (&o)[T::kDv / 2], float const (&c)[2],
-                                           int64_t row0, int64_t wg_row, int wg, int lane) {
+                                           float o_mul, int64_t row0, int64_t wg_row, int wg,
+                                           int lane) {
   ForwardParams const& p = params.p;
   Elem* o_ptr = static_cast<Elem*>(p.o);
   bool const split_out = kGeneral && p.num_splits > 1;
@@ -98,7 +100,7 @@ __device__ __forceinline__ void store_tile(Params const& params, Smem<T> const& 
       out_scale = m == -INFINITY ? 0.f : __expf(m - top);
       sum = sum * out_scale + (sink == -INFINITY ? 0.f : __expf(sink - top));  // -inf: no sink
     }
-    inv[r] = sum == 0.f ? 0.f : out_scale / sum;
+    inv[r] = sum == 0.f ? 0.f : o_mul * (out_scale / sum);
     lse[r] = sum == 0.f ? -INFINITY : top + logf(sum);
   }
   // An FP8 d 256 tile's general instantiation (score transforms, split outputs, sinks) stores O
