@@ -53,9 +53,10 @@ constexpr int64_t v_cols(KernelConfig const& c) {
 // after them starts on a 128-byte swizzle atom (TMA stores it from there); that buffer holds B_r
 // rows of O in its 16-bit type where it fits beside the raw V slots.
 constexpr int64_t e4m3_vt_group_bytes(int64_t b_c) { return b_c / 16 * 128 + 16; }
-// The image of one V stage (d_head / 8 groups, without the 1024-byte rounding) as a dense or
-// varlen FP8 problem's V is transposed ahead of the run into the workspace (v_images.cuh), one per
-// key block of each (sequence, K/V head); the producer copies it into the stage in one bulk copy.
+// The image of one V stage (d_head / 8 groups, without the stage's rounding to 128 bytes) as a
+// dense or varlen FP8 problem's V is transposed ahead of the run into the workspace
+// (v_images.cuh), one per key block of each (sequence, K/V head); the producer copies it into the
+// stage in one bulk copy.
 constexpr int64_t e4m3_v_image_bytes(KernelConfig const& c) {
   return int64_t(c.d_head) / 8 * e4m3_vt_group_bytes(c.B_c);
 }
