@@ -36,6 +36,15 @@ e4m3 functions; docs/performance.md, sessions 70-72), and a spill in a key loop 
 and a load per block (1.11x from session 70's cuts on soft-capped and ALiBi problems).
 --allow-local-memory counts it without failing, for kernel sets and toolkits that were not
 measured so (the `sm90_sass` test passes it outside the default set and nvcc 13.0).
+Nor may a kernel's products be serialized: where ptxas finds a wgmma's accumulators defined by
+other instructions while it may run, or too few registers, it waits for each wgmma before the
+next one (ptxas's C7515 and C7512 "Potential Performance Loss", which the build prints only
+under -v) and the kernel runs correct but slow. Three forms of a change in session 78 compiled
+so (docs/performance.md). In SASS each HGMMA or QGMMA is then followed by a
+`WARPGROUP.DEPBAR` before the next one: a kernel fails where more than half of the gaps between
+consecutive ones hold such a wait (at most 15% in the 308 sm90 forward functions of the default
+build's fp16, bf16 and e4m3 at d 64-256: only the gaps between groups; 39 of 39 in a serialized
+d 128 kernel).
 tests/tools/test_check_sass.py checks this reading on listings written in cuobjdump's format.
 
     python3 tools/check_sass.py build/libflashattn.so.0 [more libraries or cubins] [--csv FILE]
@@ -46,7 +55,7 @@ nvcc on PATH (a toolkit without them, as on a compile-only machine, can take bot
 wheels: `pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, unzip them into
 one folder, FA_CUOBJDUMP=<folder>/nvidia/cu13/bin/cuobjdump, as `tools/setup.sh test` does; the
 cubins of tools/compile_sm90.py, which compiles the instantiations without a GPU, are then
-checked the same way); the exit status is 0 when every kernel passes the three checks, 1 when
+checked the same way); the exit status is 0 when every kernel passes the four checks, 1 when
 one fails, 2 when no sm90 forward kernel or no cuobjdump was found.
 """
 
@@ -195,6 +204,23 @@ def descriptor_moves(lines):
     return moved, counted
 
 
+def serialized_gaps(lines):
+    """Between consecutive HGMMAs (QGMMAs in an FP8 kernel): (gaps holding a WARPGROUP.DEPBAR,
+    gaps). A kernel whose wgmmas ptxas serialized waits in nearly every gap; a pipelined one
+    only between its groups."""
+    waited = gaps = 0
+    seen, wait = False, False
+    for line in lines:
+        if "HGMMA" in line or "QGMMA" in line:
+            if seen:
+                gaps += 1
+                waited += wait
+            seen, wait = True, False
+        elif "WARPGROUP.DEPBAR" in line:
+            wait = True
+    return waited, gaps
+
+
 def expected_under(row):
     """The fewest MUFU.EX2 an overlapped kernel's key loop has between its two waits: a thread's
     B_c / 2 exponentials of the softmax, and in the instantiations with score transforms
@@ -240,6 +266,7 @@ def kernel_rows(sass, frames, allow_local=False):
         row["hgmma_r2ur"], row["hgmma_counted"] = descriptor_moves(body)
         row["local_consumer"], row["local_producer"] = local_accesses(body)
         row["max_under_pv"] = maxima_under(body)
+        row["hgmma_waited"], row["hgmma_gaps"] = serialized_gaps(body)
         if row["split"]:
             row["softmax_ok"] = not row["overlap"] or (row["max_under_pv"] >= row["b_c"] // 2 and
                                                        after >= row["b_c"] // 2)
@@ -249,7 +276,8 @@ def kernel_rows(sass, frames, allow_local=False):
         row["uniform_ok"] = row["d"] > 128 or row["hgmma_r2ur"] == 0
         row["local_ok"] = allow_local or (row["local_consumer"] == 0 and
                                           row["local_producer"] == 0)
-        row["ok"] = row["softmax_ok"] and row["uniform_ok"] and row["local_ok"]
+        row["serial_ok"] = 2 * row["hgmma_waited"] <= row["hgmma_gaps"]
+        row["ok"] = row["softmax_ok"] and row["uniform_ok"] and row["local_ok"] and row["serial_ok"]
         rows.append(row)
 
     for line in sass.splitlines():
@@ -299,8 +327,8 @@ def main():
         print("check_sass: no sm90 forward kernel in " + ", ".join(args.files), file=sys.stderr)
         return 2
     fields = ["file", "kernel", "variant", "transforms", "overlap", "b_c", "max_under_pv",
-              "exp_under_pv", "exp_after_pv", "hgmma_r2ur", "hgmma_counted", "stack_bytes",
-              "local_consumer", "local_producer", "ok"]
+              "exp_under_pv", "exp_after_pv", "hgmma_r2ur", "hgmma_counted", "hgmma_waited",
+              "hgmma_gaps", "stack_bytes", "local_consumer", "local_producer", "ok"]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -308,17 +336,18 @@ def main():
             w.writerows(rows)
     for r in rows:
         print("%-4s %-70s %-7s MUFU.EX2 under / after P V %4s %4s  HGMMA after R2UR %3d of %3d  "
-              "stack %4d B  STL/LDL consumers %3d producer %3d" % (
+              "waited for %3d of %3d  stack %4d B  STL/LDL consumers %3d producer %3d" % (
                   "ok" if r["ok"] else "FAIL", r["kernel"], r["variant"],
                   r["exp_under_pv"] if r["overlap"] else "-",
                   r["exp_after_pv"] if r["overlap"] else "-", r["hgmma_r2ur"],
-                  r["hgmma_counted"], r["stack_bytes"], r["local_consumer"],
-                  r["local_producer"]))
+                  r["hgmma_counted"], r["hgmma_waited"], r["hgmma_gaps"], r["stack_bytes"],
+                  r["local_consumer"], r["local_producer"]))
     print("%d sm90 forward kernels, %d overlapped; %d with the softmax out of place, %d of d <= "
-          "128 with descriptors moved into uniform registers per HGMMA; local memory in %d "
-          "(consumers %d, producer %d)" % (
+          "128 with descriptors moved into uniform registers per HGMMA, %d with their wgmmas "
+          "serialized; local memory in %d (consumers %d, producer %d)" % (
               len(rows), sum(r["overlap"] for r in rows),
               sum(not r["softmax_ok"] for r in rows), sum(not r["uniform_ok"] for r in rows),
+              sum(not r["serial_ok"] for r in rows),
               sum(bool(r["local_consumer"] or r["local_producer"]) for r in rows),
               sum(bool(r["local_consumer"]) for r in rows),
               sum(bool(r["local_producer"]) for r in rows)))

@@ -157,11 +157,30 @@ class KernelRows(unittest.TestCase):
         self.assertFalse(row["ok"])
 
     def test_kernels_without_overlap_are_not_checked(self):
-        body = [QK, W0] + [EXP] * 34 + [QK, W0]
+        # A block's Q K^T as a group of wgmmas, its wait, the softmax, then P V's group and
+        # its wait.
+        body = [QK] * 4 + [W0] + [EXP] * 34 + [QK] * 4 + [W0]
         (row,) = self.rows([(mangled(d=256, b_c=64, overlap=0, persistent=0), body)])
         self.assertTrue(row["ok"])
         self.assertFalse(row["overlap"])
         self.assertEqual(row["kernel"], "(BF16, 256, 128, 64, 12): sm90+stages_2")
+
+    def test_wgmmas_waited_for_one_by_one_fail(self):
+        # ptxas's serialization (C7515 / C7512): a wait after every product of a group.
+        arrive = "WARPGROUP.ARRIVE"
+        group = [arrive, QK, QK, QK, QK, "WARPGROUP.DEPBAR.LE gsb0, 0x0"]
+        serial = [arrive] + [QK, "WARPGROUP.DEPBAR.LE gsb0, 0x0"] * 4
+        (good,) = self.rows([(mangled(), group + loop(66, 0) + group)])
+        self.assertTrue(good["serial_ok"])
+        self.assertEqual((good["hgmma_waited"], good["hgmma_gaps"]), (2, 10))
+        self.assertTrue(good["ok"])
+        (bad,) = self.rows([(mangled(), serial + loop(66, 0) + serial)])
+        self.assertFalse(bad["serial_ok"])
+        self.assertEqual((bad["hgmma_waited"], bad["hgmma_gaps"]), (8, 10))
+        self.assertFalse(bad["ok"])
+        # The same for an FP8 kernel's QGMMAs.
+        (fp8,) = self.rows([(mangled(dtype=4), [arrive] + [FP8_QK, W0] * 6)])
+        self.assertFalse(fp8["serial_ok"])
 
     def test_variants_dtypes_and_other_functions(self):
         rows = self.rows([
@@ -267,6 +286,8 @@ class CommandLine(unittest.TestCase):
                              [("plain", "False", "True"), ("narrow 80:80", "False", "False")])
             self.assertEqual([(x["local_consumer"], x["local_producer"]) for x in rows],
                              [("0", "0"), ("0", "0")])
+            self.assertEqual([(x["hgmma_waited"], x["hgmma_gaps"]) for x in rows],
+                             [("2", "4"), ("1", "2")])
 
 
 if __name__ == "__main__":
