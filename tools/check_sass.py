@@ -216,7 +216,7 @@ def serialized_gaps(lines):
                 gaps += 1
                 waited += wait
             seen, wait = True, False
-        elif "WARPGROUP.DEPBAR" in line:
+        elif WAIT.search(line):
             wait = True
     return waited, gaps
 
