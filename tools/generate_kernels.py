@@ -422,6 +422,33 @@ def kernel_pairs(c, by_dim, tables):
             if next((t for t in pick_dims if t >= qk), None) != c.d_head or dv in value_dims]
 
 
+def sm90_code(c):
+    """The config whose tile c's narrow pairs compile as (src/cuda/sm90/config.hpp's
+    pairs_persistent): a 16-bit sm90 config below d 192, its persistent twin's."""
+    if c.family == 1 and not c.persistent and c.dtype != E4M3 and c.d_head < 192:
+        return dataclasses.replace(c, persistent=True)
+    return c
+
+
+def file_parts(members, per_file):
+    """members in the fewest files of at most per_file kernels, their sizes as even as can be,
+    the configs of one code (sm90_code) together (a file may then hold one more)."""
+    units = {}
+    for c in members:
+        units.setdefault(sm90_code(c), []).append(c)
+    files = -(-len(members) // per_file)
+    parts, part, placed = [], [], 0
+    for unit in units.values():
+        # Part k ends at k / files of the kernels: a unit whose middle lies past that boundary
+        # starts the next part.
+        if part and (2 * placed + len(unit)) * files > 2 * (len(parts) + 1) * len(members):
+            parts.append(part)
+            part = []
+        part += unit
+        placed += len(unit)
+    return parts + ([part] if part else [])
+
+
 def sm90_registration(c, pairs_of):
     """register_kernel's template arguments after the config: the 16-bit kernels' narrow pairs."""
     pairs = pairs_of(c) if c.dtype != E4M3 else []
@@ -575,15 +602,14 @@ def main():
     sources, functions, no90_sources = {f.id: [] for f in built}, [], []
     for (family_id, skips_90, d), members in sorted(groups.items()):
         family = FAMILIES[family_id]
-        # The fewest files of at most --per-file kernels, their sizes as even as can be.
-        files = -(-len(members) // args.per_file)
-        size = -(-len(members) // files)
-        for part, start in enumerate(range(0, len(members), size)):
+        # The fewest files of at most --per-file kernels, their sizes as even as can be; configs
+        # of one code (sm90_code) in one file, where their shared pairs compile once.
+        for part, chunk in enumerate(file_parts(members, args.per_file)):
             stem = f"fa_fwd_{family.arch}{'no90' if skips_90 else ''}_hd{d}_{part}"
             fn = f"register_{stem}"
             body = "".join(f"  // {c.short_name()}\n  {family.folder}::register_kernel<{c.cpp()}"
                            f"{family.registration(c, pairs_of)}>(registry);\n"
-                           for c in members[start:start + size])
+                           for c in chunk)
             text = (BANNER + f'#include "cuda/{family.folder}/launch.cuh"\n\nnamespace fa::cuda {{\n\n'
                     f"void {fn}(Registry& registry) {{\n{body}}}\n\n}}  // namespace fa::cuda\n")
             path = os.path.join(args.out, stem + ".cu")

@@ -55,6 +55,16 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def code_of(kernel):
+    """The code a table's kernel runs padded dims on: a 16-bit sm90 kernel below d 192 without
+    `persistent` runs its narrow pairs on its persistent twin's (src/cuda/sm90/config.hpp's
+    pairs_persistent; the tables are 16-bit), so the twins carry the pairs as one."""
+    if "sm90" in kernel and int(kernel.split(",")[0]) < 192 and \
+            not kernel.endswith("+persistent"):
+        return kernel + "+persistent"
+    return kernel
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweeps", nargs="+", metavar="sweep",
@@ -166,18 +176,23 @@ def main():
         return out
 
     def pad_kernels(d, named):
-        """Of the sm90 kernels `named` for head dim d, timed at every padded point of d, the
-        --pad-kernels whose best per point has the best geometric mean (then minimum)."""
+        """Of the sm90 kernels `named` for head dim d, timed at every padded point of d, those of
+        the --pad-kernels codes (code_of: twins compiled as one) whose best per point has the
+        best geometric mean (then minimum)."""
         keys = [k for k in pad_points if k[0] == d]
         timed = sorted(k for k in named if "sm90" in k and all(k in pad_points[p] for p in keys))
+        codes = collections.defaultdict(list)
+        for k in timed:
+            codes[code_of(k)].append(k)
         best = None
-        for group in itertools.combinations(timed, min(args.pad_kernels, len(timed))):
-            ratios = [max(pad_points[p][k] for k in group) / max(pad_points[p].values())
+        for group in itertools.combinations(sorted(codes), min(args.pad_kernels, len(codes))):
+            kernels = [k for code in group for k in codes[code]]
+            ratios = [max(pad_points[p][k] for k in kernels) / max(pad_points[p].values())
                       for p in keys]
             score = (geomean(ratios), min(ratios))
             if best is None or score > best[0]:
-                best = (score, group)
-        return best[1] if best else ()
+                best = (score, kernels)
+        return tuple(sorted(best[1])) if best else ()
 
     blocks = []
     for d, dv, causal in sorted({k[:3] for k in by_point}, key=lambda k: (k[0], -k[1], k[2])):

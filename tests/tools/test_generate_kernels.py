@@ -57,6 +57,29 @@ class NarrowHeadDims(unittest.TestCase):
             gen.narrow_pairs(gen.parse_narrow(many), [256])
         self.assertIn("head dim 256", str(e.exception))
 
+    def test_files_keep_twins_together_and_even(self):
+        # d 128's 16-bit sm90 tiles: the non-persistent ones run their pairs on their persistent
+        # twins' code (sm90_code), so each twin pair lands in one file, where it compiles once.
+        names = ["128, 128, 128, 12): sm90+stages_2+overlap",
+                 "128, 128, 128, 12): sm90+stages_2+overlap+persistent",
+                 "128, 128, 128, 12): sm90+stages_2+overlap+pingpong",
+                 "128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent",
+                 "128, 128, 128, 12): sm90+stages_3+overlap+pingpong+persistent",
+                 "128, 128, 176, 12): sm90+stages_2+overlap",
+                 "128, 128, 176, 12): sm90+stages_2+overlap+persistent"]
+        members = [gen.parse_short_name("(BF16, " + n) for n in names]
+        parts = gen.file_parts(members, 3)
+        self.assertEqual(sorted(c for part in parts for c in part), sorted(members))
+        self.assertEqual([len(part) for part in parts], [2, 3, 2])
+        for part in parts:
+            codes = {gen.sm90_code(c) for c in part}
+            self.assertTrue(all(gen.sm90_code(c) not in codes
+                                for other in parts if other is not part for c in other))
+        # An e4m3 tile is its own code; the even split holds without twins.
+        fp8 = gen.parse_short_name("(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap")
+        self.assertEqual(gen.sm90_code(fp8), fp8)
+        self.assertEqual([len(p) for p in gen.file_parts(members[2:5] + [fp8], 2)], [2, 2])
+
     def test_registrations_carry_the_pairs(self):
         with tempfile.TemporaryDirectory() as out:
             r = subprocess.run([sys.executable, _TOOL, "--out", out, "--dtypes", "bf16;e4m3",

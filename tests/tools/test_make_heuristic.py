@@ -190,6 +190,31 @@ class PadRows(unittest.TestCase):
         self.assertEqual(self.table("--pad-kernels", "1"), ["pad 128 0 512 | 128, b): sm90+x",
                                                             "pad 128 0 1024 | 128, b): sm90+x"])
 
+    def test_twins_count_as_one_pad_kernel(self):
+        # b and b+persistent run their pairs on one code (code_of): one --pad-kernels slot
+        # holds both, so at 1024 the twin beats c.
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep, out = os.path.join(tmp, "s.csv"), os.path.join(tmp, "t.txt")
+            rows = []
+            for s in (512, 1024):
+                rows += [("128, b): sm90+x", 128, 0, s, 300),
+                         ("128, b): sm90+x+persistent", 128, 0, s, 200),
+                         ("128, c): sm90+x", 128, 0, s, 100), ("128, m): async", 128, 0, s, 50)]
+            for d in (96, 112):
+                rows += [("128, b): sm90+x", d, 0, 512, 300),
+                         ("128, b): sm90+x+persistent", d, 0, 512, 100),
+                         ("128, c): sm90+x", d, 0, 512, 200),
+                         ("128, b): sm90+x", d, 0, 1024, 100),
+                         ("128, b): sm90+x+persistent", d, 0, 1024, 300),
+                         ("128, c): sm90+x", d, 0, 1024, 200)]
+            write_sweep(sweep, rows)
+            r = run_tool([sweep, "--arch", "90", "--pad-kernels", "1", "--out", out])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                pad = [line.strip() for line in f if line.startswith("pad")]
+        self.assertEqual(pad, ["pad 128 0 512 | 128, b): sm90+x",
+                               "pad 128 0 1024 | 128, b): sm90+x+persistent"])
+
     def test_a_zero_count_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             r = run_tool([os.path.join(tmp, "none.csv"), "--arch", "90", "--pad-kernels", "0",

@@ -113,6 +113,19 @@ constexpr int64_t e4m3_smem_bytes(KernelConfig const& c) {
   return pipe_bytes(c, v_cols(c)) + e4m3_slots(c) * 2 * (int64_t(c.B_c) * c.d_head + 16);
 }
 
+// The tile a config's narrow pairs (narrow.hpp) compile as: a 16-bit config below d 192
+// without `persistent` runs them on its persistent twin's code (the same tile with its tile
+// loop), launched one block per query tile (family.cpp's schedule), so each block's loop runs one
+// round; the two differ in nothing else there (tile.cuh: kOInQ, O staged in the Q tile, is d 192
+// and 256's one-tile blocks'). The twins then share their pairs (tools/generate_kernels.py puts
+// them in one file: one compile), and a pad row may name either at no build cost: d 56 on d 64's
+// 192-row tile one block per tile ran 1.100x and 1.041x the persistent grid's TFLOP/s at causal
+// 4k and 8k (H200, docs/performance.md session 79). The plain and general instantiations keep
+// their own code: on the persistent code, d 64 and 128 at causal 4k-16k ran 0.991-1.001x.
+constexpr bool pairs_persistent(KernelConfig const& c) {
+  return c.persistent || (c.dtype != DType::kE4M3 && c.d_head < 192);
+}
+
 // A paged cache's key block is read in TMA boxes of gcd(B_c, page_size) rows (every box within
 // one page) or gathered row by row by the producer warpgroup (16-byte cp.async copies,
 // mainloop_load.cuh) where a box could not start on a swizzle atom (not a multiple of 8 rows:

@@ -17,9 +17,13 @@
 
 namespace fa::cuda::sm90 {
 
-template <KernelConfig C>
+template <KernelConfig C, bool kPersistent = C.persistent>
 using TileOf = Tile<C.dtype, C.d_head, C.B_c, C.stages, C.n_warps / 4 - 1, C.overlap, C.pingpong,
-                    C.persistent>;
+                    kPersistent>;
+
+// The tile C's narrow pairs run (config.hpp's pairs_persistent: maybe its persistent twin's).
+template <KernelConfig C>
+using PairTileOf = TileOf<C, pairs_persistent(C)>;
 
 // The narrow pairs kI.. of kList (narrow.hpp's Narrow), each given `prepare`.
 template <class T, NarrowList kList, int kI = 0, class Prepare>
@@ -36,18 +40,19 @@ cudaError_t prepare_narrow(Prepare const& prepare) {
   }
 }
 
-// Launches kList's narrow pair `pick` (1-based), or with none the general instantiation.
-template <class T, NarrowList kList, int kI = 0>
+// Launches kList's narrow pair `pick` (1-based) on the pairs' tile P, or with none T's general
+// instantiation.
+template <class T, class P, NarrowList kList, int kI = 0>
 cudaError_t launch_narrow(cudaLaunchConfig_t const& config, Params const& params, int pick) {
-  if constexpr (kI >= Narrow<T, kList>::kCount) {
+  if constexpr (kI >= Narrow<P, kList>::kCount) {
     return cudaLaunchKernelEx(&config, forward_kernel<T, true>, params);
   } else {
     constexpr NarrowDims kDims = kList.dims[kI];
     if (pick == kI + 1) {
-      return cudaLaunchKernelEx(&config, forward_kernel<T, false, kDims.qk_cols, kDims.v_cols>,
+      return cudaLaunchKernelEx(&config, forward_kernel<P, false, kDims.qk_cols, kDims.v_cols>,
                                 params);
     }
-    return launch_narrow<T, kList, kI + 1>(config, params, pick);
+    return launch_narrow<T, P, kList, kI + 1>(config, params, pick);
   }
 }
 
@@ -61,7 +66,7 @@ cudaError_t prepare_kernel() {
   for (auto kernel : {forward_kernel<T, false>, forward_kernel<T, true>}) {
     if (cudaError_t e = prepare(kernel); e != cudaSuccess) return e;
   }
-  if (cudaError_t e = prepare_narrow<T, kList>(prepare); e != cudaSuccess) return e;
+  if (cudaError_t e = prepare_narrow<PairTileOf<C>, kList>(prepare); e != cudaSuccess) return e;
   // The e4m3-cache instantiations: the general one, and the plain one where K is read as loaded.
   auto const prepare_e4m3 = [](auto kernel) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -144,7 +149,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
   // cheapest narrow pair that runs them (narrow.hpp's Narrow), else the general instantiation
   // (pick 0). An e4m3 cache takes neither (its own instantiations, below).
   bool const narrower = p.head_dim < T::kD || p.head_dim_v < T::kDv;
-  int const pick = general ? 0 : Narrow<T, kList>::pick(p.head_dim, p.head_dim_v);
+  int const pick = general ? 0 : Narrow<PairTileOf<C>, kList>::pick(p.head_dim, p.head_dim_v);
   bool const pair = pick > 0 && narrower && !e4m3 && params.kv_gather == 0;
   // A box row that ends inside a 32-byte sector, the rest filled with zeros by TMA, is the
   // slow case of a TMA load: d 24, 40 and 56 (rows ending 16 bytes into a sector) ran 1.02-1.04x
@@ -247,7 +252,7 @@ cudaError_t launch_kernel(ForwardParams const& p, dim3 grid, bool general, bool 
     params.qk_box_cols = exact ? int32_t(p.head_dim) : 0;
     params.v_flat_cols = flat ? int32_t(p.head_dim_v) : 0;
   }
-  return launch_narrow<T, kList>(config, params, pick);
+  return launch_narrow<T, PairTileOf<C>, kList>(config, params, pick);
 }
 
 // Instantiates the kernel for C, with the narrow pairs kList (the build's FA_NARROW_HEAD_DIMS that
@@ -267,7 +272,10 @@ void register_kernel(Registry& registry) {
   static_assert(C.dtype != DType::kE4M3 || (e4m3_v_image_bytes(C) == TileOf<C>::kVImageBytes &&
                                              e4m3_images_only(C) == TileOf<C>::kImagesOnly),
                 "config.hpp's V images");
-  static_assert(Narrow<TileOf<C>, kList>::valid(),
+  static_assert(PairTileOf<C>::kSmemBytes == TileOf<C>::kSmemBytes &&
+                    PairTileOf<C>::kThreads == TileOf<C>::kThreads,
+                "a config's pairs launch as its own tile");
+  static_assert(Narrow<PairTileOf<C>, kList>::valid(),
                 "narrow pairs: qk_cols a multiple of 16 and v_cols of 8, within the tile (its own "
                 "width the widest), in ascending order of work");
   add_kernel(registry, KernelEntry{C, &prepare_kernel<C, kList>, &kernel_attributes<C>,
